@@ -1,0 +1,26 @@
+"""Model descriptions: transformer specs, built-in presets and HuggingFace config import."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InvalidInputError
+from .hf import SUPPORTED_MODEL_TYPES, from_hf_config
+from .presets import PRESETS, get_preset, list_presets
+from .spec import MLP, MoESpec, TransformerSpec
+
+__all__ = ["MLP", "MoESpec", "TransformerSpec", "PRESETS", "SUPPORTED_MODEL_TYPES",
+           "get_preset", "list_presets", "from_hf_config", "resolve_model"]
+
+
+def resolve_model(name_or_path: str, seq_len: int | None = None) -> TransformerSpec:
+    """A preset key, or a path to a HuggingFace ``config.json`` (ending in ``.json``).
+
+    ``seq_len`` overrides the preset's / config's sequence length when given.
+    """
+    if name_or_path in PRESETS:
+        spec = PRESETS[name_or_path]
+        return spec if seq_len is None else spec.with_seq_len(seq_len)
+    if str(name_or_path).endswith(".json"):
+        return from_hf_config(Path(name_or_path), seq_len=seq_len)
+    raise InvalidInputError("model", name_or_path,
+                            "a path ending in .json or one of: " + ", ".join(list_presets()))

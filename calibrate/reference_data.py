@@ -1,0 +1,80 @@
+"""Datasheet facts and published (non-CSV) numbers the reference profiles use, with sources.
+
+Peaks are copied from ``shared/hardware/gpus.csv`` (dense; the same values as
+``hardware_db/data/gpus.json``); link bandwidths and NCCL latency constants from
+``shared/hardware/links.csv``. Line numbers count the CSV header as line 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    """The datasheet numbers a reference fit needs for one GPU."""
+
+    peak: Mapping[str, float]            # dense TFLOP/s per dtype
+    mem_bw_gbytes_per_s: float
+    sm_count: int
+    nvlink_gbytes_per_s: float           # per-GPU per-direction scale-up bandwidth
+    cite: str
+
+
+DATASHEET: Mapping[str, Datasheet] = {
+    "v100-sxm-32gb": Datasheet({"fp32": 15.7, "fp16": 125.0}, 900.0, 80, 150.0,
+                               "gpus.csv line 2; links.csv line 4"),
+    "a100-sxm-40gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+                               1555.0, 108, 300.0, "gpus.csv line 3; links.csv line 6"),
+    "a100-sxm-80gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+                               2039.0, 108, 300.0, "gpus.csv line 4; links.csv line 6"),
+    "h100-sxm": Datasheet({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                           "fp8": 1979.0}, 3350.0, 132, 450.0,
+                          "gpus.csv line 10; links.csv line 8"),
+    "h200-sxm": Datasheet({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                           "fp8": 1979.0}, 4800.0, 132, 450.0,
+                          "gpus.csv line 13; links.csv line 8"),
+    "b200": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
+                       "fp8": 4500.0}, 7700.0, 148, 900.0, "gpus.csv line 16; links.csv line 10"),
+    "gb200": Datasheet({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0,
+                        "fp8": 5000.0}, 8000.0, 148, 900.0,
+                       "gpus.csv line 17 (SM count empty there; 148 = B200 die, line 16); "
+                       "links.csv line 19"),
+    "mi300x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
+                         "fp8": 2614.9}, 5300.0, 304, 448.0, "gpus.csv line 21; links.csv line 43"),
+}
+
+# Per-hop latencies the simulator adds to every ring step (hardware_db/data/links.json uses
+# the same NCCL LL constants); the fitted alpha/base are on top of these.
+NVLINK_HOP_US = 0.6
+NVLINK_HOP_SRC = "links.csv line 63 (NCCL model NVLink per-hop latency, Ring LL = 0.6 us)"
+PCIE_HOP_US = 1.0
+NET_HOP_US = 2.7
+
+# Fixed per-kernel time (GEMM and memory-bound kernels).
+LAUNCH_US = 3.0
+LAUNCH_SRC = ("assumed: ~3 us fixed cost per CUDA kernel (launch + ramp/tail), the usual "
+              "few-microsecond order of a kernel launch; not identifiable from the shared rows "
+              "(a free fit of the A100 bf16 sweep gives 0.3 +/- 7.2 us)")
+
+# Published flash-attention throughput (not in the shared CSVs): fraction of the dense bf16
+# peak for head_dim 128, causal, seq 2k-8k (representative, not the best case). FLOPs follow
+# the papers' convention (causal counted as half of the full attention matrix).
+ATTENTION = {
+    "a100": {
+        "fwd": (0.58, "FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) Figs. 4-6, A100 "
+                      "bf16/fp16, head_dim 128, causal, seq 2k-8k: forward ~170-190 TFLOP/s of "
+                      "312 (best case 73%); representative 0.58 (~181 TF) used"),
+        "bwd": (0.50, "FlashAttention-2 paper (Dao 2023) Figs. 4-6, A100, head_dim 128, causal, "
+                      "seq 2k-8k: backward ~150-165 TFLOP/s of 312 (fwd+bwd best 225 TF = 72%); "
+                      "representative 0.50 (~156 TF) used"),
+    },
+    "h100": {
+        "fwd": (0.62, "FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), H100 SXM "
+                      "bf16, head_dim 128, causal, seq 2k-8k: forward ~560-660 TFLOP/s of 989 "
+                      "(best case ~740 TF = 75%); representative 0.62 (~615 TF) used"),
+        "bwd": (0.48, "FlashAttention-3 paper (Shah et al. 2024), H100 bf16 backward, head_dim "
+                      "128, causal, seq 2k-8k: ~430-520 TFLOP/s of 989; representative 0.48 "
+                      "(~475 TF) used"),
+    },
+}

@@ -1,0 +1,112 @@
+"""``build_cluster``: a reference node for a GPU, user overrides, validation, topology graph."""
+from __future__ import annotations
+
+import dataclasses
+
+from simulator.errors import InvalidInputError
+from simulator.hardware import SCALE_OUT_KINDS, ClusterSpec, LinkKind, LinkSpec, NodeSpec
+
+from . import loaders
+
+_NIC_KIND_ALIASES = {
+    "ib": "infiniband", "infiniband": "infiniband", "roce": "roce", "rocev2": "roce",
+    "omnipath": "omnipath", "omni-path": "omnipath", "opa": "omnipath",
+    "ethernet": "ethernet", "eth": "ethernet", "tcp": "ethernet",
+}
+
+
+def _positive_int(field: str, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInputError(field, value, "a positive integer")
+
+
+def _nic_kind(nic_kind: str | None) -> LinkKind | None:
+    if nic_kind is None:
+        return None
+    k = _NIC_KIND_ALIASES.get(str(nic_kind).strip().lower())
+    if k is None:
+        raise InvalidInputError("nic_kind", nic_kind,
+                                f"one of {', '.join(k.value for k in SCALE_OUT_KINDS)}")
+    return LinkKind(k)
+
+
+def _pick_nic(base: LinkSpec, kind: LinkKind | None, gbits: float | None) -> LinkSpec:
+    """NIC LinkSpec of ``kind`` at ``gbits`` Gb/s: a catalogue entry when one matches, else
+    ``base`` (or a catalogue entry of that kind) with the bandwidth replaced."""
+    if gbits is not None and (isinstance(gbits, bool) or not gbits > 0):
+        raise InvalidInputError("nic_gbits_per_s", gbits, "a positive bandwidth in Gb/s")
+    kind = kind or base.kind
+    gbytes = base.bandwidth_gbytes_per_s if gbits is None else float(gbits) / 8.0
+    same_kind = [loaders.load_link(k) for k in loaders.list_nic_links()
+                 if loaders.link_entry(k)["kind"] == kind.value]
+    for link in same_kind:
+        if abs(link.bandwidth_gbytes_per_s - gbytes) < 1e-9:
+            return link
+    template = base if base.kind == kind else (same_kind[0] if same_kind else base)
+    return dataclasses.replace(
+        template, key=f"{kind.value}-{gbytes * 8:g}g", kind=kind, bandwidth_gbytes_per_s=gbytes,
+        source=f"user override: {gbytes * 8:g} Gb/s {kind.value}; latency from {template.key}")
+
+
+def _apply_scale_up(node: NodeSpec, scale_up: str | None, gpn: int) -> NodeSpec:
+    """Node with a new GPUs-per-node count and/or scale-up link; keeps the domain consistent."""
+    per_node_domain = node.scale_up_domain_gpus == node.gpus_per_node
+    domain = gpn if per_node_domain else node.scale_up_domain_gpus
+    link, isr = node.scale_up, node.in_switch_reduction
+    if scale_up is not None:
+        valid = loaders.list_scale_up_links()
+        link = loaders.load_link(scale_up, field="scale_up")
+        if link.key not in valid:
+            raise InvalidInputError("scale_up", scale_up, f"a scale-up link: {', '.join(valid)}")
+        entry = loaders.link_entry(link.key)
+        domain = int(entry.get("domain_gpus", gpn))
+        isr = bool(entry.get("in_switch_reduction", False))
+    if domain < gpn or domain % gpn:
+        raise InvalidInputError("gpus_per_node", gpn,
+                                f"a divisor of the scale-up domain size {domain}")
+    return dataclasses.replace(node, gpus_per_node=gpn, scale_up=link,
+                               scale_up_domain_gpus=domain, in_switch_reduction=isr)
+
+
+def _validate_counts(n_gpus: int, gpn: int, oversubscription: float) -> None:
+    _positive_int("n_gpus", n_gpus)
+    if n_gpus > gpn and n_gpus % gpn:
+        raise InvalidInputError("n_gpus", n_gpus, f"a multiple of gpus_per_node={gpn} (whole nodes)")
+    if isinstance(oversubscription, bool) or not (
+            isinstance(oversubscription, (int, float)) and oversubscription >= 1.0):
+        raise InvalidInputError("oversubscription", oversubscription,
+                                "a number >= 1 (1 = full bisection)")
+
+
+def build_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
+                  nics_per_node: int | None = None, nic_gbits_per_s: float | None = None,
+                  nic_kind: str | None = None, node: str | None = None,
+                  scale_up: str | None = None, oversubscription: float = 1.0,
+                  rail_optimized: bool = True, build_graph: bool = True) -> ClusterSpec:
+    """``n_gpus`` GPUs of type ``gpu`` in nodes of the GPU's default preset (or ``node``).
+
+    Overrides: ``gpus_per_node``; ``nics_per_node``; ``nic_gbits_per_s`` (Gb/s per NIC, same
+    NIC kind unless ``nic_kind`` - "infiniband" (default), "roce", "omnipath", "ethernet");
+    ``scale_up`` (a link key: "nvlink3", "nvlink4", "nvlink5", "nvlink5-nvl72",
+    "nvlink2-nvswitch", "xgmi-mi300x", "pcie-gen5", ...; its ``domain_gpus`` and NVLS flag come
+    along). When ``node`` names a preset of another GPU, the preset's fabric is kept and its
+    GPU replaced by ``gpu``. Raises ``InvalidInputError`` naming the offending field.
+    """
+    gpu_spec = loaders.load_gpu(gpu)
+    base = loaders.load_node(node) if node is not None else loaders.default_node_for_gpu(gpu_spec.key)
+    _positive_int("gpus_per_node", gpus_per_node)
+    _positive_int("nics_per_node", nics_per_node)
+    gpn = gpus_per_node or base.gpus_per_node
+    _validate_counts(n_gpus, gpn, oversubscription)
+    spec = _apply_scale_up(dataclasses.replace(base, gpu_key=gpu_spec.key), scale_up, gpn)
+    spec = dataclasses.replace(spec, nics_per_node=nics_per_node or spec.nics_per_node,
+                               nic=_pick_nic(spec.nic, _nic_kind(nic_kind), nic_gbits_per_s))
+    cluster = ClusterSpec(gpu=gpu_spec, node=spec, n_gpus=n_gpus, rail_optimized=bool(rail_optimized),
+                          oversubscription=float(oversubscription))
+    if not build_graph:
+        return cluster
+    from .topology import build_graph as _build_graph
+
+    return dataclasses.replace(cluster, graph=_build_graph(cluster))

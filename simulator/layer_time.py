@@ -1,0 +1,90 @@
+"""Time an op list on one rank: compute kernels plus the collectives inside the layer.
+
+Returns a ``PassCost`` per forward / backward pass of a pipeline chunk. TP collectives sit
+on the critical path of the layer unless ``tp_overlap`` hides them behind the GEMM they
+are paired with; CP key/value exchange hides behind the attention core; EP all-to-all is
+exposed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cost import (Collective, attention_time_s, collective_time_s, gemm_time_s,
+                   memory_time_s)
+from .hardware import GPUSpec
+from .profile import Profile
+from .topology import GroupPlacement
+from .workload.ops import Op, OpKind
+
+
+@dataclass
+class PassCost:
+    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch)."""
+
+    compute_s: float = 0.0
+    comm_s: dict[str, float] = field(default_factory=dict)   # exposed, by group
+    flops: float = 0.0                                        # executed (hardware) FLOPs
+    model_flops: float = 0.0
+    op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + sum(self.comm_s.values())
+
+    def add(self, other: "PassCost", times: int = 1) -> None:
+        self.compute_s += times * other.compute_s
+        self.flops += times * other.flops
+        self.model_flops += times * other.model_flops
+        for k, v in other.comm_s.items():
+            self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
+        for k, v in other.op_times.items():
+            self.op_times[k] = self.op_times.get(k, 0.0) + times * v
+
+
+def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
+    """Kernel time of a compute op (0 for collectives)."""
+    if op.kind == OpKind.GEMM:
+        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch)
+    if op.kind == OpKind.ATTENTION:
+        return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof)
+    if op.kind == OpKind.MEMORY:
+        return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels)
+    return 0.0
+
+
+def group_collective_s(coll: Collective, size_bytes: float, g: GroupPlacement,
+                       prof: Profile) -> float:
+    """Collective over a placed group: the slower of its scale-up and scale-out parts."""
+    if g.size <= 1 or size_bytes <= 0:
+        return 0.0
+    t = 0.0
+    if g.intra is not None:
+        t = collective_time_s(coll, g.size, size_bytes, g.intra, prof,
+                              in_switch=g.in_switch and g.domains == 1)
+    if g.inter is not None:
+        t = max(t, collective_time_s(coll, g.size, size_bytes, g.inter, prof))
+    return t
+
+
+def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, GroupPlacement],
+              tp_overlap: bool) -> PassCost:
+    """Cost of running ``ops`` once, in order, on one rank."""
+    pc = PassCost()
+    times = {op.name: compute_time_s(op, gpu, prof) for op in ops if op.kind != OpKind.COMM}
+    for op in ops:
+        if op.kind != OpKind.COMM:
+            t = times[op.name]
+            pc.compute_s += t
+            pc.flops += op.flops
+            pc.model_flops += op.model_flops
+            pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
+            continue
+        t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], prof)
+        hidden = 0.0
+        if op.group == "cp" or (op.group == "tp" and tp_overlap):
+            base = op.overlaps_with
+            hidden = times.get(base) or times.get(base + "_dgrad") or times.get(base + "_bwd") or 0.0
+        exposed = max(0.0, t - hidden)
+        pc.comm_s[op.group] = pc.comm_s.get(op.group, 0.0) + exposed
+        pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + exposed
+    return pc

@@ -1,0 +1,168 @@
+"""Play one training step on the event engine (one representative rank per stage).
+
+Tasks per stage: forward/backward passes on the compute stream in schedule order;
+pipeline sends on the sender's link (processor-shared with DP traffic when both leave the
+node); data-parallel gradient buckets released while the last micro-batch's backward
+runs (``dp_overlap``) or after it; the optimizer step; the ZeRO parameter all-gather.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cost import Collective, collective_time_s, memory_time_s
+from .engine import Engine
+from .hardware import ClusterSpec
+from .layer_time import group_collective_s
+from .profile import Profile
+from .schedule import Unit, stage_order, upstream
+from .stage_work import ChunkWork
+from .strategy import Plan
+from .topology import GroupPlacement, stage_boundary_link
+from .workload.spec import TransformerSpec
+
+OPTIMIZER_BYTES_PER_PARAM = 38.0
+"""Adam step + grad-norm + zeroing, bytes moved per local parameter (mixed precision):
+read fp32 master, grad, m, v (16 B); write master, m, v (12 B) and the 16-bit copy (2 B);
+grad-norm read (4 B) and grad zeroing (4 B)."""
+
+
+@dataclass
+class StageTasks:
+    units: dict[Unit, int]
+    compute: str
+    last_unit: int
+    optimizer: int
+    dp_tasks: list[int]
+    tail: int                    # last task of the stage
+
+
+def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
+                     prof: Profile) -> float:
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.params - c.dense_params for c in chunks)
+    shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
+    eshard = max(1, (plan.dp * plan.cp) // plan.ep) if plan.zero_stage >= 1 else 1
+    local = dense / shard + expert / eshard
+    return memory_time_s(local * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu, prof, kernels=4)
+
+
+def grad_reduce_bytes(plan: Plan) -> int:
+    """fp32 main-grad reduction (Megatron, DeepSpeed); 16-bit under FSDP mixed precision."""
+    if plan.zero_stage >= 3:
+        return 4 if plan.precision.value == "fp32" else 2
+    return 4
+
+
+def dp_reduce_time_s(params: float, plan: Plan, groups: dict[str, GroupPlacement],
+                     prof: Profile) -> float:
+    """Gradient reduction of ``params`` over the DP(xCP) group: all-reduce, or
+    reduce-scatter under ZeRO-1/2 (the parameter all-gather is timed separately)."""
+    g = groups["dp"]
+    nbytes = params * grad_reduce_bytes(plan)
+    coll = Collective.REDUCE_SCATTER if plan.zero_stage in (1, 2) else Collective.ALL_REDUCE
+    return group_collective_s(coll, nbytes, g, prof)
+
+
+def param_gather_time_s(params: float, plan: Plan, groups: dict[str, GroupPlacement],
+                        prof: Profile) -> float:
+    if plan.zero_stage not in (1, 2):
+        return 0.0
+    wbytes = 4 if plan.precision.value == "fp32" else 2
+    return group_collective_s(Collective.ALL_GATHER, params * wbytes, groups["dp"], prof)
+
+
+def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSpec,
+                plan: Plan, cluster: ClusterSpec, prof: Profile,
+                groups: dict[str, GroupPlacement]) -> list[StageTasks]:
+    m = plan.num_microbatches
+    out = [_compute_tasks(eng, s, stages[s], plan, m) for s in range(plan.pp)]
+    _pipeline_sends(eng, out, model, plan, cluster, prof)
+    for s in range(plan.pp):
+        _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
+    return out
+
+
+def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int) -> StageTasks:
+    comp = f"stage{s}.compute"
+    eng.stream(comp)
+    eng.link(f"stage{s}.link")
+    units: dict[Unit, int] = {}
+    tid = -1
+    for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
+        ch = chunks[u.chunk]
+        pc = ch.fwd if u.fwd else ch.bwd
+        name = f"{'F' if u.fwd else 'B'} mb{u.mb} c{u.chunk}"
+        tid = eng.add(name, comp, pc.total_s, stage=s, kind="fwd" if u.fwd else "bwd",
+                      mb=u.mb, chunk=u.chunk)
+        units[u] = tid
+    return StageTasks(units, comp, tid, -1, [], tid)
+
+
+def _pipeline_sends(eng: Engine, st: list[StageTasks], model: TransformerSpec, plan: Plan,
+                    cluster: ClusterSpec, prof: Profile) -> None:
+    link = stage_boundary_link(cluster, plan)
+    tokens = plan.micro_batch * model.seq_len // plan.cp
+    if plan.sequence_parallel:
+        tokens //= plan.tp
+    act_bytes = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
+    t_send = collective_time_s(Collective.SEND_RECV, 2, act_bytes, link, prof) if plan.pp > 1 else 0.0
+    for s, stage in enumerate(st):
+        for u, tid in stage.units.items():
+            up = upstream(u, s, plan.pp, plan.vpp)
+            if up is None:
+                continue
+            src_stage, src_unit = up
+            src = st[src_stage].units[src_unit]
+            if src_stage == s:
+                eng.depend(tid, src)
+                continue
+            x = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk} {src_stage}->{s}",
+                        f"stage{src_stage}.link", t_send, [(src, 1.0)], stage=src_stage,
+                        kind="pp_send")
+            eng.depend(tid, x)
+
+
+def _last_backward(stage: StageTasks, chunk: int) -> int:
+    bwd = [(tid, u) for u, tid in stage.units.items() if not u.fwd and u.chunk == chunk]
+    return max(bwd)[0]
+
+
+def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], plan: Plan,
+                      cluster: ClusterSpec, prof: Profile, groups: dict[str, GroupPlacement],
+                      m: int) -> None:
+    s = chunks[0].stage
+    link = f"stage{s}.link"
+    prev = -1
+    if plan.zero_stage < 3 and groups["dp"].size > 1:
+        for ch in sorted(chunks, key=lambda c: -_last_backward(stage, c.chunk)):
+            prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev)
+    deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
+    t_opt = optimizer_time_s(chunks, plan, cluster, prof)
+    stage.optimizer = eng.add("optimizer", stage.compute, t_opt, deps, stage=s, kind="optimizer")
+    stage.tail = stage.optimizer
+    params = sum(c.params for c in chunks)
+    t_ag = param_gather_time_s(params, plan, groups, prof)
+    if t_ag > 0 and not plan.dp_overlap:
+        stage.tail = eng.add("param all-gather", link, t_ag, [(stage.optimizer, 1.0)],
+                             stage=s, kind="dp_comm")
+        stage.dp_tasks.append(stage.tail)
+
+
+def _chunk_buckets(eng: Engine, stage: StageTasks, ch: ChunkWork, plan: Plan, prof: Profile,
+                   groups: dict[str, GroupPlacement], link: str, prev: int) -> int:
+    """Gradient buckets of one chunk, released as its last backward pass progresses."""
+    last_b = _last_backward(stage, ch.chunk)
+    nbytes = ch.params * grad_reduce_bytes(plan)
+    n_buckets = max(1, int(-(-nbytes // plan.dp_bucket_bytes))) if plan.dp_overlap else 1
+    t_total = dp_reduce_time_s(ch.params, plan, groups, prof)
+    t_each = dp_reduce_time_s(ch.params / n_buckets, plan, groups, prof)
+    t_each = t_total if n_buckets == 1 else t_each
+    for j in range(n_buckets):
+        frac = (j + 1) / n_buckets if plan.dp_overlap else 1.0
+        deps = [(last_b, frac)] + ([(prev, 1.0)] if prev >= 0 else [])
+        if not plan.dp_overlap:
+            deps.append((stage.last_unit, 1.0))
+        prev = eng.add(f"dp reduce c{ch.chunk} b{j}", link, t_each, deps, stage=ch.stage,
+                       kind="dp_comm")
+        stage.dp_tasks.append(prev)
+    return prev

@@ -1,0 +1,276 @@
+"""Operator graph of a transformer layer as one rank executes it.
+
+``layer_ops`` returns the forward ops of one decoder layer for one micro-batch on one
+rank, already sharded by tensor (TP), sequence (SP) and context (CP) parallelism; each op
+knows its executed FLOPs, bytes moved, GEMM shape, the activation bytes autograd keeps
+for backward, and the collective it needs. ``backward_ops`` derives the backward pass.
+
+FLOP conventions: ``flops`` is what the kernel executes (causal flash attention skips the
+masked half); ``model_flops`` is what MFU counts (PaLM/Megatron convention: full,
+non-causal attention, no recompute).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from ..cost import Collective
+from .spec import MLP, TransformerSpec
+
+
+class OpKind(str, Enum):
+    GEMM = "gemm"
+    ATTENTION = "attention"       # fused (flash) attention core
+    MEMORY = "memory"             # bandwidth-bound elementwise / norm / softmax
+    COMM = "comm"                 # collective inside the layer (TP / CP / EP)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel (or collective) on one rank. Sizes are per rank, bytes are SI bytes."""
+
+    name: str
+    kind: OpKind
+    flops: float = 0.0
+    model_flops: float = 0.0
+    bytes_moved: float = 0.0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    dtype: str = "bf16"
+    saved_bytes: float = 0.0                 # activations kept for backward
+    recomputed: bool = False                 # part of selective recompute
+    collective: Collective | None = None
+    group: str = ""                          # "tp", "cp", "ep"
+    comm_bytes: float = 0.0                  # full collective buffer size
+    overlaps_with: str = ""                  # name of a GEMM this comm can hide behind
+    kernels: int = 1
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Everything about the execution context that changes a layer's ops."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sequence_parallel: bool = False
+    dtype: str = "bf16"                      # GEMM dtype
+    flash: bool = True
+    causal: bool = True
+    dropout: bool = True
+
+    @property
+    def act_bytes(self) -> int:
+        return 4 if self.dtype == "fp32" else 2   # activations stay 16-bit under fp8
+
+
+def _gemm(name: str, m: int, n: int, k: int, sh: LayerShape, saved: float = 0.0,
+          batch: int = 1, recomputed: bool = False) -> Op:
+    f = 2.0 * batch * m * n * k
+    el = 1 if sh.dtype == "fp8" else sh.act_bytes
+    moved = batch * el * (m * k + k * n + m * n)
+    return Op(name, OpKind.GEMM, flops=f, model_flops=f, bytes_moved=moved, m=m, n=n, k=k,
+              batch=batch, dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed)
+
+
+def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
+         saved: float = 0.0, recomputed: bool = False, kernels: int = 1,
+         elem_bytes: float | None = None) -> Op:
+    eb = sh.act_bytes if elem_bytes is None else elem_bytes
+    return Op(name, OpKind.MEMORY, bytes_moved=(elems_read + elems_written) * eb,
+              dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed, kernels=kernels)
+
+
+def _comm(name: str, coll: Collective, group: str, size: float, overlaps: str = "") -> Op:
+    return Op(name, OpKind.COMM, collective=coll, group=group, comm_bytes=size,
+              overlaps_with=overlaps)
+
+
+def _tokens(m: TransformerSpec, sh: LayerShape) -> tuple[int, int]:
+    """(tokens this rank computes on, tokens per rank in SP-sharded regions)."""
+    t = sh.micro_batch * m.seq_len // sh.cp
+    return t, (t // sh.tp if sh.sequence_parallel else t)
+
+
+def _enter_tp(name: str, m: TransformerSpec, sh: LayerShape, next_gemm: str) -> list[Op]:
+    """Comm entering a column-parallel region (forward): SP all-gather, else nothing."""
+    if sh.tp == 1 or not sh.sequence_parallel:
+        return []
+    tokens, _ = _tokens(m, sh)
+    return [_comm(name, Collective.ALL_GATHER, "tp", tokens * m.hidden * sh.act_bytes, next_gemm)]
+
+
+def _leave_tp(name: str, m: TransformerSpec, sh: LayerShape, prev_gemm: str) -> list[Op]:
+    """Comm leaving a row-parallel region: all-reduce, or reduce-scatter with SP."""
+    if sh.tp == 1:
+        return []
+    tokens, _ = _tokens(m, sh)
+    coll = Collective.REDUCE_SCATTER if sh.sequence_parallel else Collective.ALL_REDUCE
+    return [_comm(name, coll, "tp", tokens * m.hidden * sh.act_bytes, prev_gemm)]
+
+
+def attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """LayerNorm, QKV, attention core, output projection, residual (one layer, forward)."""
+    T, Ts = _tokens(m, sh)
+    h, ab = m.hidden, sh.act_bytes
+    q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
+    ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kernels=1)]
+    ops += _enter_tp("ln1_allgather", m, sh, "qkv")
+    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=T * h * ab))
+    ops += core_attention_ops(m, sh)
+    ops.append(_gemm("attn_out", T, h, q_local, sh, saved=T * q_local * ab))
+    ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
+    mask = Ts * h if sh.dropout else 0
+    ops.append(_mem("attn_residual", 2 * Ts * h, Ts * h, sh, saved=mask, elem_bytes=ab))
+    return ops
+
+
+def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """softmax(QK^T)V per rank; s_q = local queries, s_k = keys attended (CP gathers KV)."""
+    heads = m.n_heads // sh.tp
+    b, d, ab = sh.micro_batch, m.head_dim, sh.act_bytes
+    s_q, s_k = m.seq_len // sh.cp, m.seq_len
+    full = 4.0 * b * heads * s_q * s_k * d          # QK^T + AV, non-causal
+    kv_local = max(m.kv_dim // sh.tp, d)
+    ops: list[Op] = []
+    if sh.cp > 1:
+        kv_bytes = 2 * b * m.seq_len * kv_local * ab
+        ops.append(_comm("cp_kv_allgather", Collective.ALL_GATHER, "cp", kv_bytes, "core_attn"))
+    qkv_saved = b * s_q * (heads * d + 2 * kv_local) * ab
+    if sh.flash:
+        executed = full * (0.5 + 0.5 / max(1, s_k // 128)) if sh.causal else full
+        out_saved = b * s_q * heads * d * ab + b * heads * s_q * 4   # output + logsumexp
+        ops.append(Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
+                      bytes_moved=qkv_saved + out_saved, dtype=sh.dtype,
+                      saved_bytes=qkv_saved + out_saved))
+        return ops
+    batch, scores = b * heads, b * heads * s_q * s_k
+    dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
+    sh16 = replace(sh, dtype=dt)
+    ops.append(_gemm("qk", s_q, s_k, d, sh16, saved=qkv_saved * 2 / 3, batch=batch, recomputed=True))
+    ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True))
+    if sh.dropout:
+        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
+                        recomputed=True))
+    ops.append(_gemm("av", s_q, d, s_k, sh16, saved=qkv_saved / 3, batch=batch, recomputed=True))
+    return ops
+
+
+def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
+            name: str = "mlp", tokens: int | None = None, groups: int = 1) -> list[Op]:
+    """Dense FFN (GELU / SwiGLU / ReLU^2), column- then row-parallel over TP.
+
+    ``groups`` > 1 runs it as a grouped GEMM (MoE experts): ``tokens`` split evenly over
+    ``groups`` independent weight matrices.
+    """
+    T, _ = _tokens(m, sh)
+    T = T if tokens is None else tokens
+    h, ab = m.hidden, sh.act_bytes
+    f = (ffn or m.ffn_hidden) // sh.tp
+    up_n = 2 * f if m.mlp == MLP.SWIGLU else f
+    rows = -(-T // groups)
+    ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=T * h * ab, batch=groups)]
+    act_in, act_out = T * up_n, T * f
+    ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab))
+    ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
+    return ops
+
+
+def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
+    """All forward ops of decoder layer ``layer`` for one micro-batch on one rank."""
+    T, Ts = _tokens(m, sh)
+    h, ab = m.hidden, sh.act_bytes
+    ops = attention_ops(m, sh)
+    ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab))
+    ops += _enter_tp("ln2_allgather", m, sh, "mlp_fc1")
+    if m.is_moe_layer(layer):
+        ops += moe_ops(m, sh)
+    else:
+        ops += mlp_ops(m, sh)
+    ops += _leave_tp("mlp_reduce", m, sh, "mlp_fc2")
+    mask = Ts * h if sh.dropout else 0
+    ops.append(_mem("mlp_residual", 2 * Ts * h, Ts * h, sh, saved=mask))
+    return ops
+
+
+def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Router, all-to-all dispatch, local experts (expected even load), combine."""
+    moe = m.moe
+    assert moe is not None
+    T, _ = _tokens(m, sh)
+    h, ab = m.hidden, sh.act_bytes
+    ops = [_gemm("router", T, moe.experts, h, sh, saved=T * h * ab)]
+    routed = T * moe.top_k                       # token-expert pairs this rank sends
+    if sh.ep > 1:
+        ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", routed * h * ab))
+    local_experts = moe.experts // sh.ep
+    received = routed                            # balanced routing: sent == received
+    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=received,
+                   groups=local_experts)
+    if moe.shared_experts:
+        ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared")
+    if sh.ep > 1:
+        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", routed * h * ab))
+    ops.append(_mem("moe_combine", routed * h, T * h, sh))
+    return ops
+
+
+def embedding_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Token embedding lookup (vocab-parallel over TP: partial sums all-reduced)."""
+    T, Ts = _tokens(m, sh)
+    ops = [_mem("embedding", T * m.hidden, T * m.hidden, sh)]
+    ops += _leave_tp("embedding_reduce", m, sh, "")
+    return ops
+
+
+def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy."""
+    T, Ts = _tokens(m, sh)
+    h, ab = m.hidden, sh.act_bytes
+    v = -(-m.vocab // sh.tp)
+    ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab)]
+    ops += _enter_tp("final_ln_allgather", m, sh, "logits")
+    ops.append(_gemm("logits", T, v, h, sh, saved=T * h * ab))
+    ops.append(_mem("cross_entropy", 2 * T * v, T * v, sh, saved=T * v * 4, elem_bytes=4,
+                    kernels=3))
+    return ops
+
+
+def backward_ops(fwd: list[Op]) -> list[Op]:
+    """Backward of a forward op list, in reverse order.
+
+    GEMM: data-gradient (m x k from m x n) and weight-gradient (k x n from k x m) GEMMs;
+    flash attention: 2.5x the forward FLOPs (recomputes the scores); bandwidth-bound ops:
+    twice the bytes; a collective maps to its conjugate (AR<->identity pairs are counted
+    as AR in backward at the column-parallel input; AG<->RS).
+    """
+    out: list[Op] = []
+    for op in reversed(fwd):
+        if op.kind == OpKind.GEMM:
+            dgrad = replace(op, name=op.name + "_dgrad", m=op.m, n=op.k, k=op.n, saved_bytes=0)
+            wgrad = replace(op, name=op.name + "_wgrad", m=op.k, n=op.n, k=op.m, saved_bytes=0)
+            out += [dgrad, wgrad]
+        elif op.kind == OpKind.ATTENTION:
+            out.append(replace(op, name=op.name + "_bwd", flops=2.5 * op.flops,
+                               model_flops=2.0 * op.model_flops, bytes_moved=2 * op.bytes_moved,
+                               saved_bytes=0))
+        elif op.kind == OpKind.MEMORY:
+            out.append(replace(op, name=op.name + "_bwd", bytes_moved=2 * op.bytes_moved,
+                               saved_bytes=0))
+        else:
+            out.append(_conjugate(op))
+    return [o for o in out if o is not None]
+
+
+_CONJ = {Collective.ALL_GATHER: Collective.REDUCE_SCATTER,
+         Collective.REDUCE_SCATTER: Collective.ALL_GATHER,
+         Collective.ALL_REDUCE: Collective.ALL_REDUCE,
+         Collective.ALL_TO_ALL: Collective.ALL_TO_ALL}
+
+
+def _conjugate(op: Op) -> Op:
+    return replace(op, name=op.name + "_bwd", collective=_CONJ[op.collective], saved_bytes=0)

@@ -1,0 +1,162 @@
+"""Built-in model specs, each with the source of its numbers.
+
+Conventions shared by every preset:
+
+* ``seq_len`` is the *pre-training* sequence length reported by the source, not the
+  longest context the released checkpoint accepts (that is what ``max_position_embeddings``
+  in a ``config.json`` usually says).
+* ``ffn_hidden`` is the dense FFN width (per gate for SwiGLU). For MoE models where every
+  layer is sparse it is the ``intermediate_size`` of the config and does not enter the
+  parameter count.
+* Biases, position embeddings and attention sinks are not modelled by ``TransformerSpec``;
+  they are below 1% of any preset here.
+"""
+from __future__ import annotations
+
+from ..errors import InvalidInputError
+from .spec import MLP, MoESpec, TransformerSpec
+
+_GPT2_BPE = "vocab 50257 = GPT-2 BPE (Radford et al. 2019); Megatron-LM runs pad it to 51200"
+
+
+def _dense_gpt() -> list[TransformerSpec]:
+    return [
+        TransformerSpec(
+            "gpt3-175b", n_layers=96, hidden=12288, ffn_hidden=4 * 12288, n_heads=96,
+            n_kv_heads=96, vocab=50257, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,
+            source="Brown et al. 2020, 'Language Models are Few-Shot Learners', Table 2.1 "
+                   f"(96 layers, d_model 12288, 96 heads, n_ctx 2048); {_GPT2_BPE}; "
+                   "input/output embeddings tied as in GPT-2"),
+        TransformerSpec(
+            "bloom-176b", n_layers=70, hidden=14336, ffn_hidden=4 * 14336, n_heads=112,
+            n_kv_heads=112, vocab=250880, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,
+            source="bigscience/bloom config.json (n_layer 70, hidden_size 14336, n_head 112, "
+                   "vocab_size 250880); Le Scao et al. 2022 (BLOOM) Table 3, seq 2048"),
+        TransformerSpec(
+            "mt-nlg-530b", n_layers=105, hidden=20480, ffn_hidden=4 * 20480, n_heads=128,
+            n_kv_heads=128, vocab=50257, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,
+            source="Smith et al. 2022, 'Using DeepSpeed and Megatron to Train Megatron-Turing "
+                   "NLG 530B' Sec. 3 (105 layers, hidden 20480, 128 heads, seq 2048); "
+                   f"{_GPT2_BPE}"),
+        TransformerSpec(
+            "nemotron4-340b", n_layers=96, hidden=18432, ffn_hidden=73728, n_heads=96,
+            n_kv_heads=8, vocab=256000, seq_len=4096, mlp=MLP.RELU2,
+            source="NVIDIA 2024, 'Nemotron-4 340B Technical Report' Table 1 (96 layers, "
+                   "hidden 18432, 96 heads, 8 KV heads, seq 4096, vocab 256000, squared ReLU, "
+                   "untied embeddings); ffn 73728 = 4h per nvidia/Nemotron-4-340B-Base config"),
+    ]
+
+
+def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int,
+           vocab: int, seq: int, source: str) -> TransformerSpec:
+    return TransformerSpec(name, n_layers=layers, hidden=hidden, ffn_hidden=ffn,
+                           n_heads=heads, n_kv_heads=kv, vocab=vocab, seq_len=seq,
+                           mlp=MLP.SWIGLU, tied_embeddings=False, source=source)
+
+
+def _dense_llama() -> list[TransformerSpec]:
+    l2 = "Touvron et al. 2023 (Llama 2) Table 1: context 4096, GQA on 70B only"
+    l3 = "Dubey et al. 2024 (Llama 3 Herd of Models) Table 3: GQA 8 KV heads, pretrain seq 8192"
+    return [
+        _llama("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096,
+               f"meta-llama/Llama-2-7b-hf config.json; {l2}"),
+        _llama("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096,
+               f"meta-llama/Llama-2-13b-hf config.json; {l2}"),
+        _llama("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096,
+               f"meta-llama/Llama-2-70b-hf config.json; {l2}"),
+        _llama("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192,
+               f"meta-llama/Meta-Llama-3-8B config.json; {l3}"),
+        _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192,
+               f"meta-llama/Meta-Llama-3-70B config.json; {l3}"),
+        _llama("llama3-405b", 126, 16384, 53248, 128, 8, 128256, 8192,
+               f"meta-llama/Llama-3.1-405B config.json; {l3} (405B row: 126 layers, "
+               "d_model 16384, ffn 53248, 128 heads)"),
+    ]
+
+
+def _moe_mixtral_qwen() -> list[TransformerSpec]:
+    qwen = "Yang et al. 2025 (Qwen3 Technical Report) Table 2; no shared experts; head_dim " \
+           "128 != hidden/heads; pretrain stage-1 seq 4096"
+    return [
+        TransformerSpec(
+            "mixtral-8x7b", n_layers=32, hidden=4096, ffn_hidden=14336, n_heads=32,
+            n_kv_heads=8, vocab=32000, seq_len=4096, mlp=MLP.SWIGLU,
+            moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336),
+            source="mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 (Mixtral of "
+                   "Experts) Table 1; seq_len 4096 chosen here (config allows 32768)"),
+        TransformerSpec(
+            "qwen3-30b-a3b", n_layers=48, hidden=2048, ffn_hidden=6144, n_heads=32,
+            n_kv_heads=4, head_dim=128, vocab=151936, seq_len=4096, mlp=MLP.SWIGLU,
+            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768),
+            source=f"Qwen/Qwen3-30B-A3B config.json; {qwen}"),
+        TransformerSpec(
+            "qwen3-235b-a22b", n_layers=94, hidden=4096, ffn_hidden=12288, n_heads=64,
+            n_kv_heads=4, head_dim=128, vocab=151936, seq_len=4096, mlp=MLP.SWIGLU,
+            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=1536),
+            source=f"Qwen/Qwen3-235B-A22B config.json; {qwen}"),
+    ]
+
+
+def _moe_deepseek_oss() -> list[TransformerSpec]:
+    return [
+        TransformerSpec(
+            "deepseek-v3", n_layers=61, hidden=7168, ffn_hidden=18432, n_heads=128,
+            n_kv_heads=8, head_dim=128, vocab=129280, seq_len=4096, mlp=MLP.SWIGLU,
+            moe=MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, shared_experts=1,
+                        dense_layers=3),
+            source="deepseek-ai/DeepSeek-V3 config.json; DeepSeek-AI 2024 (DeepSeek-V3 "
+                   "Technical Report) Sec. 4.2, pretrain seq 4096; APPROXIMATION: MLA "
+                   "(q_lora 1536, kv_lora 512, qk 128+64, v 128) modelled as 128 query heads "
+                   "x head_dim 128 with 8 KV heads (KV projection sized like MLA's latent "
+                   "path), which over-counts the query path: total +0.6%, active +12%; "
+                   "the MTP module (14B) is excluded as in the 671B figure"),
+        TransformerSpec(
+            "gpt-oss-120b", n_layers=36, hidden=2880, ffn_hidden=2880, n_heads=64,
+            n_kv_heads=8, head_dim=64, vocab=201088, seq_len=4096, mlp=MLP.SWIGLU,
+            moe=MoESpec(experts=128, top_k=4, expert_ffn_hidden=2880),
+            source="openai/gpt-oss-120b config.json; OpenAI 2025 gpt-oss model card Table 1 "
+                   "(116.8B total, 5.1B active excluding the input embedding); seq 4096 = "
+                   "initial_context_length; alternating sliding-window attention, biases "
+                   "and sinks not modelled"),
+    ]
+
+
+def _small() -> list[TransformerSpec]:
+    src = "synthetic, for CPU tests"
+    return [
+        TransformerSpec("tiny-2l-128", n_layers=2, hidden=128, ffn_hidden=512, n_heads=4,
+                        n_kv_heads=4, vocab=1024, seq_len=128, source=src),
+        TransformerSpec("small-4l-256", n_layers=4, hidden=256, ffn_hidden=1024, n_heads=4,
+                        n_kv_heads=4, vocab=4096, seq_len=256, source=src),
+        TransformerSpec("small-6l-512", n_layers=6, hidden=512, ffn_hidden=2048, n_heads=8,
+                        n_kv_heads=8, vocab=8192, seq_len=512, source=src),
+        TransformerSpec("tiny-moe-2l-128", n_layers=2, hidden=128, ffn_hidden=512, n_heads=4,
+                        n_kv_heads=2, vocab=1024, seq_len=128, mlp=MLP.SWIGLU,
+                        moe=MoESpec(experts=4, top_k=2, expert_ffn_hidden=256,
+                                    shared_experts=1, dense_layers=1), source=src),
+        TransformerSpec("gpt2-124m", n_layers=12, hidden=768, ffn_hidden=3072, n_heads=12,
+                        n_kv_heads=12, vocab=50257, seq_len=1024, mlp=MLP.GELU,
+                        tied_embeddings=True,
+                        source="openai-community/gpt2 config.json; Radford et al. 2019"),
+    ]
+
+
+def _build() -> dict[str, TransformerSpec]:
+    specs = _dense_gpt() + _dense_llama() + _moe_mixtral_qwen() + _moe_deepseek_oss() + _small()
+    return {s.name: s for s in specs}
+
+
+PRESETS: dict[str, TransformerSpec] = _build()
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in models, sorted."""
+    return sorted(PRESETS)
+
+
+def get_preset(name: str) -> TransformerSpec:
+    """The built-in spec called ``name``; raises InvalidInputError for unknown names."""
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise InvalidInputError("model", name, "one of: " + ", ".join(list_presets())) from None

@@ -1,0 +1,60 @@
+"""Shipped reference profiles load, cite a source for every coefficient, and rebuild
+byte-for-byte from the measurement CSVs in the repo."""
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from calibrate.reference import GPU_KEYS, PROFILE_DIR, build_all
+from simulator.profile import Coefficient, Profile
+
+PROFILES = sorted(PROFILE_DIR.glob("*.json"))
+
+
+def _coefficients(obj, path="profile"):
+    """Yield (path, Coefficient) for every Coefficient nested in a profile."""
+    if isinstance(obj, Coefficient):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _coefficients(v, f"{path}.{k}")
+    elif hasattr(obj, "__dataclass_fields__"):
+        for f in fields(obj):
+            yield from _coefficients(getattr(obj, f.name), f"{path}.{f.name}")
+
+
+def test_every_reference_gpu_has_a_profile():
+    assert {p.stem for p in PROFILES} >= set(GPU_KEYS)
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_profile_loads_and_every_coefficient_has_a_source(path: Path):
+    prof = Profile.read_json(path)
+    assert prof.device_key == path.stem
+    coefs = list(_coefficients(prof))
+    assert len(coefs) > 20
+    for where, c in coefs:
+        assert c.source.strip(), f"{where} has no source"
+        assert c.value == c.value, f"{where} is NaN"
+        if c.heldout_error_pct is not None:
+            assert c.heldout_error_pct >= 0
+    assert prof.fingerprint["builder"] == "calibrate.reference"
+    assert "infiniband" in prof.links
+    assert prof.gemm_eff("bf16") > 0.3 and prof.gemm_eff("bf16") <= 1.0
+
+
+def test_fitted_coefficients_report_heldout_error():
+    prof = Profile.read_json(PROFILE_DIR / "a100-sxm-80gb.json")
+    assert prof.gemm.k_half.heldout_error_pct is not None
+    assert prof.gemm.k_half.stderr is not None
+    nv = prof.links["nvlink"]
+    assert nv.alpha_us.heldout_error_pct is not None and nv.alpha_us.stderr is not None
+
+
+def test_rebuild_is_deterministic_and_matches_shipped(tmp_path: Path):
+    build_all(tmp_path)
+    for key in GPU_KEYS:
+        assert (tmp_path / f"{key}.json").read_bytes() == \
+            (PROFILE_DIR / f"{key}.json").read_bytes(), f"{key} profile is stale"
