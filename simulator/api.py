@@ -48,7 +48,7 @@ def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: Transformer
     w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
     in_flight = in_flight_microbatches(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
     acts = in_flight * sum(c.act_bytes_per_mb for c in chunks)
-    ws = workspace_bytes(plan, max(c.largest_op_bytes for c in chunks))
+    ws = workspace_bytes(plan, max(c.largest_tensor_bytes for c in chunks))
     return StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws)
 
 

@@ -58,8 +58,9 @@ def layer_activation_bytes(fwd_ops: list[Op], recompute: Recompute, input_bytes:
     return sum(op.saved_bytes for op in fwd_ops)
 
 
-def workspace_bytes(plan: Plan, largest_op_bytes: float) -> float:
-    """Transient buffers: the largest op's inputs/outputs in flight twice (fwd/bwd overlap)
-    plus communication buckets. An estimate, stated as such in reports."""
+def workspace_bytes(plan: Plan, largest_tensor_bytes: float) -> float:
+    """Transient buffers: two copies of the largest activation tensor (an op's output and
+    its gradient alive together in backward) plus two communication buckets. An estimate,
+    stated as such in reports."""
     buckets = 2 * plan.dp_bucket_bytes if plan.dp > 1 else 0
-    return 2 * largest_op_bytes + buckets
+    return 2 * largest_tensor_bytes + buckets

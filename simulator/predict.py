@@ -43,13 +43,14 @@ class FrameworkDefaults:
 
 FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
     "megatron": FrameworkDefaults(
-        "materialized", False, False, None,
+        "materialized", False, False, False,
         "Megatron-LM 2021-22 (SC21, Korthikanti 2022): fused scale-mask-softmax attention "
-        "(FlashAttention did not exist), gradient all-reduce after the pipeline flush"),
+        "(FlashAttention did not exist), sequence parallelism only where a row says so "
+        "(it arrived with Korthikanti 2022), gradient all-reduce after the pipeline flush"),
     "megatron-deepspeed": FrameworkDefaults(
-        "materialized", False, False, None,
-        "Megatron-DeepSpeed as used for BLOOM (2022): fused softmax attention, ZeRO-1 "
-        "reduction after backward"),
+        "materialized", False, False, False,
+        "Megatron-DeepSpeed as used for BLOOM (2022): fused softmax attention, no sequence "
+        "parallelism (added to Megatron-LM later in 2022), ZeRO-1 reduction after backward"),
     "megatron-core": FrameworkDefaults(
         "flash", True, True, True,
         "Megatron-Core 2024 README: TE flash attention, --overlap-grad-reduce, "

@@ -31,7 +31,7 @@ class ChunkWork:
     params: float                 # parameters held by one rank (after TP/EP split)
     dense_params: float           # of which replicated over the full DP group
     act_bytes_per_mb: float       # activations kept per micro-batch
-    largest_op_bytes: float
+    largest_tensor_bytes: float
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
 
 
@@ -148,13 +148,13 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         params += p
         dense += d
         act += a
-        largest = max(largest, max((o.bytes_moved for o in lf), default=0.0))
+        largest = max(largest, max((o.saved_bytes for o in lf), default=0.0))
         all_fwd = lf
     if extra:
         fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
         bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
         act += sum(o.saved_bytes for o in extra)
-        largest = max(largest, max(o.bytes_moved for o in extra))
+        largest = max(largest, max(o.saved_bytes for o in extra))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)

@@ -76,7 +76,7 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
                 groups: dict[str, GroupPlacement]) -> list[StageTasks]:
     m = plan.num_microbatches
     out = [_compute_tasks(eng, s, stages[s], plan, m) for s in range(plan.pp)]
-    _pipeline_sends(eng, out, model, plan, cluster, prof)
+    _pipeline_sends(eng, out, pipeline_send_time_s(model, plan, cluster, prof, groups), plan)
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
@@ -98,14 +98,26 @@ def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
     return StageTasks(units, comp, tid, -1, [], tid)
 
 
-def _pipeline_sends(eng: Engine, st: list[StageTasks], model: TransformerSpec, plan: Plan,
-                    cluster: ClusterSpec, prof: Profile) -> None:
+def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
+                         prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+    """One activation (or gradient) hand-off between adjacent stages, per micro-batch.
+
+    With TP, each rank sends only its 1/tp slice and the receiving TP group all-gathers it
+    over the scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al.
+    2021 sec. 4.1); with sequence parallelism the activations are already sliced.
+    """
+    if plan.pp == 1:
+        return 0.0
     link = stage_boundary_link(cluster, plan)
     tokens = plan.micro_batch * model.seq_len // plan.cp
-    if plan.sequence_parallel:
-        tokens //= plan.tp
-    act_bytes = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
-    t_send = collective_time_s(Collective.SEND_RECV, 2, act_bytes, link, prof) if plan.pp > 1 else 0.0
+    full = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
+    t = collective_time_s(Collective.SEND_RECV, 2, full / plan.tp, link, prof)
+    if plan.tp > 1 and not plan.sequence_parallel:
+        t += group_collective_s(Collective.ALL_GATHER, full, groups["tp"], prof)
+    return t
+
+
+def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan) -> None:
     for s, stage in enumerate(st):
         for u, tid in stage.units.items():
             up = upstream(u, s, plan.pp, plan.vpp)

@@ -46,6 +46,7 @@ class Op:
     comm_bytes: float = 0.0                  # full collective buffer size
     overlaps_with: str = ""                  # name of a GEMM this comm can hide behind
     kernels: int = 1
+    bwd_bytes: float = -1.0                  # backward bytes if not the default 2x forward
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,24 @@ def _gemm(name: str, m: int, n: int, k: int, sh: LayerShape, saved: float = 0.0,
     moved = batch * el * (m * k + k * n + m * n)
     return Op(name, OpKind.GEMM, flops=f, model_flops=f, bytes_moved=moved, m=m, n=n, k=k,
               batch=batch, dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed)
+
+
+def with_fp8_casts(ops: list[Op]) -> list[Op]:
+    """Insert the FP8 quantisation passes an FP8 GEMM needs (Transformer Engine style).
+
+    Forward: the 16-bit input is read once and written as FP8 plus an FP8 transpose (kept
+    for the weight-gradient GEMM): ``m*k*(2 + 1 + 1)`` bytes. Backward: the output gradient
+    gets the same cast-transpose, ``m*n*4`` bytes. Weights are cast once per step
+    (negligible) and are not charged.
+    """
+    out: list[Op] = []
+    for op in ops:
+        if op.kind == OpKind.GEMM and op.dtype == "fp8":
+            rows = op.batch * op.m
+            out.append(Op(op.name + "_fp8cast", OpKind.MEMORY, bytes_moved=4.0 * rows * op.k,
+                          dtype="bf16", bwd_bytes=4.0 * rows * op.n, recomputed=op.recomputed))
+        out.append(op)
+    return out
 
 
 def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
@@ -194,7 +213,7 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     ops += _leave_tp("mlp_reduce", m, sh, "mlp_fc2")
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("mlp_residual", 2 * Ts * h, Ts * h, sh, saved=mask))
-    return ops
+    return with_fp8_casts(ops) if sh.dtype == "fp8" else ops
 
 
 def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
@@ -259,8 +278,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
                                model_flops=2.0 * op.model_flops, bytes_moved=2 * op.bytes_moved,
                                saved_bytes=0))
         elif op.kind == OpKind.MEMORY:
-            out.append(replace(op, name=op.name + "_bwd", bytes_moved=2 * op.bytes_moved,
-                               saved_bytes=0))
+            moved = 2 * op.bytes_moved if op.bwd_bytes < 0 else op.bwd_bytes
+            out.append(replace(op, name=op.name + "_bwd", bytes_moved=moved, saved_bytes=0))
         else:
             out.append(_conjugate(op))
     return [o for o in out if o is not None]
