@@ -39,6 +39,7 @@ class FrameworkDefaults:
     tp_overlap: bool
     sp_with_tp: bool | None          # None: not fixed by the framework; choose best feasible
     why: str
+    pp_scatter_gather: bool = True
 
 
 FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
@@ -50,7 +51,9 @@ FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
     "megatron-deepspeed": FrameworkDefaults(
         "materialized", False, False, False,
         "Megatron-DeepSpeed as used for BLOOM (2022): fused softmax attention, no sequence "
-        "parallelism (added to Megatron-LM later in 2022), ZeRO-1 reduction after backward"),
+        "parallelism (added to Megatron-LM later in 2022), ZeRO-1 reduction after backward, "
+        "DeepSpeed pipeline engine sends whole activations (its p2p module has no TP "
+        "scatter/gather)", pp_scatter_gather=False),
     "megatron-core": FrameworkDefaults(
         "flash", True, True, True,
         "Megatron-Core 2024 README: TE flash attention, --overlap-grad-reduce, "
@@ -153,7 +156,8 @@ def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
                 zero_stage=_int(row, "zero_stage", 0),
                 precision=(row.get("precision") or "bf16").strip(),
                 schedule="interleaved" if vpp > 1 else "1f1b",
-                attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap)
+                attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
+                pp_scatter_gather=fw.pp_scatter_gather)
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan, fw: FrameworkDefaults,

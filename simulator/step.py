@@ -102,17 +102,19 @@ def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpe
                          prof: Profile, groups: dict[str, GroupPlacement]) -> float:
     """One activation (or gradient) hand-off between adjacent stages, per micro-batch.
 
-    With TP, each rank sends only its 1/tp slice and the receiving TP group all-gathers it
-    over the scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al.
-    2021 sec. 4.1); with sequence parallelism the activations are already sliced.
+    With TP and ``pp_scatter_gather``, each rank sends only its 1/tp slice and the receiving
+    TP group all-gathers it over the scale-up fabric (Megatron's scatter/gather
+    optimisation, Narayanan et al. 2021 sec. 4.1); with sequence parallelism the
+    activations are already sliced; otherwise every TP rank sends the whole tensor.
     """
     if plan.pp == 1:
         return 0.0
     link = stage_boundary_link(cluster, plan)
     tokens = plan.micro_batch * model.seq_len // plan.cp
     full = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
-    t = collective_time_s(Collective.SEND_RECV, 2, full / plan.tp, link, prof)
-    if plan.tp > 1 and not plan.sequence_parallel:
+    sliced = plan.sequence_parallel or plan.pp_scatter_gather
+    t = collective_time_s(Collective.SEND_RECV, 2, full / plan.tp if sliced else full, link, prof)
+    if plan.tp > 1 and plan.pp_scatter_gather and not plan.sequence_parallel:
         t += group_collective_s(Collective.ALL_GATHER, full, groups["tp"], prof)
     return t
 

@@ -53,6 +53,7 @@ class Plan:
     dp_overlap: bool = True
     tp_overlap: bool = False
     dp_bucket_bytes: int = 40_000_000
+    pp_scatter_gather: bool = True        # Megatron: each TP rank sends 1/tp of a pipeline hand-off
 
     def __post_init__(self) -> None:
         for name, enum in (("recompute", Recompute), ("precision", Dtype),

@@ -139,7 +139,9 @@ def attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
     ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kernels=1)]
     ops += _enter_tp("ln1_allgather", m, sh, "qkv")
-    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=T * h * ab))
+    # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
+    qkv_out = 0 if sh.flash else T * (q_local + 2 * kv_local) * ab   # flash core saves its own
+    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab + qkv_out))
     ops += core_attention_ops(m, sh)
     ops.append(_gemm("attn_out", T, h, q_local, sh, saved=T * q_local * ab))
     ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
@@ -170,12 +172,13 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     batch, scores = b * heads, b * heads * s_q * s_k
     dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
     sh16 = replace(sh, dtype=dt)
-    ops.append(_gemm("qk", s_q, s_k, d, sh16, saved=qkv_saved * 2 / 3, batch=batch, recomputed=True))
+    # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output
+    ops.append(_gemm("qk", s_q, s_k, d, sh16, batch=batch, recomputed=True))
     ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True))
     if sh.dropout:
         ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
                         recomputed=True))
-    ops.append(_gemm("av", s_q, d, s_k, sh16, saved=qkv_saved / 3, batch=batch, recomputed=True))
+    ops.append(_gemm("av", s_q, d, s_k, sh16, batch=batch, recomputed=True))
     return ops
 
 
@@ -186,13 +189,14 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     ``groups`` > 1 runs it as a grouped GEMM (MoE experts): ``tokens`` split evenly over
     ``groups`` independent weight matrices.
     """
-    T, _ = _tokens(m, sh)
+    T, Ts = _tokens(m, sh)
+    saved_in = Ts if tokens is None else tokens          # SP: input saved sharded
     T = T if tokens is None else tokens
     h, ab = m.hidden, sh.act_bytes
     f = (ffn or m.ffn_hidden) // sh.tp
     up_n = 2 * f if m.mlp == MLP.SWIGLU else f
     rows = -(-T // groups)
-    ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=T * h * ab, batch=groups)]
+    ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
     act_in, act_out = T * up_n, T * f
     ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab))
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
@@ -253,7 +257,7 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     v = -(-m.vocab // sh.tp)
     ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab)]
     ops += _enter_tp("final_ln_allgather", m, sh, "logits")
-    ops.append(_gemm("logits", T, v, h, sh, saved=T * h * ab))
+    ops.append(_gemm("logits", T, v, h, sh, saved=Ts * h * ab))
     ops.append(_mem("cross_entropy", 2 * T * v, T * v, sh, saved=T * v * 4, elem_bytes=4,
                     kernels=3))
     return ops
