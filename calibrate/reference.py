@@ -166,9 +166,32 @@ def _mamf(kern: Sequence[Row], gpu: str, dtype: str, file_rows: Sequence[Row] = 
     return rows[0]
 
 
+def scaled_k_half(key: str, ref: GemmRef) -> GemmRef:
+    """Transfer the A100 ``k_half`` to another GPU by datasheet ratios.
+
+    ``k_half`` measures per-tile fixed work (prologue / epilogue, bound by memory traffic) in
+    units of the k-loop: it grows with the SM's tensor rate and shrinks with its memory
+    bandwidth, so ``k_half = k_half_A100 * (tensor/SM ratio) / (bandwidth/SM ratio)``.
+    """
+    a, ds = DATASHEET["a100-sxm-80gb"], DATASHEET[key]
+    if key.startswith("a100"):
+        return ref
+    peak = ds.peak.get("bf16", ds.peak.get("fp16"))
+    tensor = (peak / ds.sm_count) / (a.peak["bf16"] / a.sm_count)
+    mem = (ds.mem_bw_gbytes_per_s / ds.sm_count) / (a.mem_bw_gbytes_per_s / a.sm_count)
+    k = ref.k_half.value * tensor / mem
+    src = (f"A100 fit value {ref.k_half.value:.0f} x tensor-rate/SM ratio {tensor:.2f} / "
+           f"memory-bandwidth/SM ratio {mem:.2f} ({key} vs A100 SXM datasheets: {ds.cite}; "
+           f"{a.cite}); A100 fit: {ref.k_half.source}")
+    kh = Coefficient(k, "elements", src,
+                     ref.k_half.stderr * tensor / mem if ref.k_half.stderr else None)
+    return GemmRef(eff=ref.eff, k_half=kh, launch_us=ref.launch_us, fits=ref.fits)
+
+
 def gemm_for(key: str, kern: Sequence[Row], extra: Sequence[Row], ref: GemmRef) -> GemmModel:
     """GemmModel per GPU: measured where a row exists, transferred (and said so) elsewhere."""
     ds = DATASHEET[key]
+    ref = scaled_k_half(key, ref)
     eff = dict(ref.eff)
     if key == "v100-sxm-32gb":
         eff = {d: _transfer(ref.eff[s], "V100 (no V100 GEMM microbenchmark row)")
@@ -223,20 +246,28 @@ def memory_model(kern: Sequence[Row], key: str) -> MemoryModel:
 
 
 def attention_model(key: str, gemm: GemmModel, a100_bf16_eff: float) -> AttentionModel:
-    """Flash-attention fractions of the bf16 peak (published papers; see reference_data)."""
+    """Flash-attention fractions of the bf16 peak (published papers; see reference_data).
+
+    Plain dtype keys hold FlashAttention-2-class kernels; ``flash3:<dtype>`` keys hold the
+    Hopper-specific kernels (FA3 / cuDNN fused attention) where the GPU has them.
+    """
     def pair(family: str, scale: float, why: str) -> tuple[Coefficient, Coefficient]:
         f, b = ATTENTION[family]["fwd"], ATTENTION[family]["bwd"]
         pre = f"{why}: " if why else ""
         return (Coefficient(f[0] * scale, "fraction", pre + f[1]),
                 Coefficient(b[0] * scale, "fraction", pre + b[1]))
+    fa3 = None
     if key.startswith("a100"):
         fwd, bwd = pair("a100", 1.0, "")
     elif key in ("h100-sxm", "h200-sxm"):
-        fwd, bwd = pair("h100", 1.0, "" if key == "h100-sxm" else
-                        "H200 = H100 compute (same GH100 die)")
+        why = "" if key == "h100-sxm" else "H200 = H100 compute (same GH100 die)"
+        fwd, bwd = pair("h100", 1.0, why)
+        fa3 = pair("h100-flash3", 1.0, why)
     elif key in ("b200", "gb200"):
-        fwd, bwd = pair("h100", 1.0, f"assumed: {key} achieves the H100 FlashAttention-3 "
-                        "fraction (no Blackwell attention microbenchmark in shared data)")
+        why = (f"assumed: {key} achieves the H100 fraction (no Blackwell attention "
+               "microbenchmark in shared data)")
+        fwd, bwd = pair("h100", 1.0, why)
+        fa3 = pair("h100-flash3", 1.0, why)
     elif key == "v100-sxm-32gb":
         fwd, bwd = pair("a100", 0.7, "assumed: 0.7 x the A100 FlashAttention-2 fraction "
                         "(FlashAttention-2 does not support sm70; V100 runs non-flash or "
@@ -246,7 +277,12 @@ def attention_model(key: str, gemm: GemmModel, a100_bf16_eff: float) -> Attentio
         fwd, bwd = pair("a100", r, f"assumed: A100 FlashAttention-2 fraction x {r:.3f} "
                         "(MI300X/A100 bf16 GEMM efficiency ratio; no MI300X attention row)")
     dtypes = ("fp16",) if key == "v100-sxm-32gb" else ("bf16", "fp16")
-    return AttentionModel(fwd_eff={d: fwd for d in dtypes}, bwd_eff={d: bwd for d in dtypes})
+    f_map = {d: fwd for d in dtypes}
+    b_map = {d: bwd for d in dtypes}
+    if fa3:
+        f_map.update({f"flash3:{d}": fa3[0] for d in dtypes})
+        b_map.update({f"flash3:{d}": fa3[1] for d in dtypes})
+    return AttentionModel(fwd_eff=f_map, bwd_eff=b_map)
 
 
 # ---- links per GPU ------------------------------------------------------------------------

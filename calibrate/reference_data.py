@@ -69,10 +69,23 @@ ATTENTION = {
                       "seq 2k-8k: backward ~150-165 TFLOP/s of 312 (fwd+bwd best 225 TF = 72%); "
                       "representative 0.50 (~156 TF) used"),
     },
+    # FlashAttention-2 on Hopper (no wgmma/TMA): the kernel generation of PyTorch SDPA's flash
+    # backend and of 2023-24 training stacks outside Transformer Engine.
     "h100": {
+        "fwd": (0.35, "FlashAttention-2 on H100 SXM: FA2 paper (Dao 2023, arXiv:2307.08691) "
+                      "reports up to 335 TFLOP/s fwd+bwd on H100; the FA3 paper's (Shah et al. "
+                      "2024, arXiv:2407.08608) FA2 baseline, bf16, head_dim 128, causal, seq "
+                      "2k-8k, runs forward at ~320-370 TFLOP/s of 989; representative 0.35"),
+        "bwd": (0.30, "FlashAttention-2 on H100 SXM backward, FA3 paper's FA2 baseline, head_dim "
+                      "128, causal, seq 2k-8k: ~270-310 TFLOP/s of 989; representative 0.30"),
+    },
+    # Hopper-specific kernels (FlashAttention-3 / cuDNN fused attention, as Transformer
+    # Engine uses): the "flash3" attention implementation.
+    "h100-flash3": {
         "fwd": (0.62, "FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), H100 SXM "
                       "bf16, head_dim 128, causal, seq 2k-8k: forward ~560-660 TFLOP/s of 989 "
-                      "(best case ~740 TF = 75%); representative 0.62 (~615 TF) used"),
+                      "(best case ~740 TF = 75%; cuDNN in the same figures is comparable); "
+                      "representative 0.62 (~615 TF) used"),
         "bwd": (0.48, "FlashAttention-3 paper (Shah et al. 2024), H100 bf16 backward, head_dim "
                       "128, causal, seq 2k-8k: ~430-520 TFLOP/s of 989; representative 0.48 "
                       "(~475 TF) used"),

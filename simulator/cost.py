@@ -64,11 +64,11 @@ def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int 
 
 
 def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
-                     prof: Profile) -> float:
+                     prof: Profile, kernel: str = "flash") -> float:
     """Fused attention kernel time from its FLOPs and the profile's achieved fraction."""
     if flops <= 0:
         return 0.0
-    eff = prof.attn_eff(dtype, backward)
+    eff = prof.attn_eff(dtype, backward, kernel)
     peak = gpu.peak("bf16" if dtype == "fp8" else dtype) * 1e12   # attention stays in 16-bit
     return prof.memory.launch_us.value * 1e-6 + flops / (peak * eff)
 

@@ -46,7 +46,8 @@ def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
     if op.kind == OpKind.GEMM:
         return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch)
     if op.kind == OpKind.ATTENTION:
-        return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof)
+        return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
+                                op.kernel or "flash")
     if op.kind == OpKind.MEMORY:
         return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels)
     return 0.0

@@ -55,16 +55,17 @@ FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
         "DeepSpeed pipeline engine sends whole activations (its p2p module has no TP "
         "scatter/gather)", pp_scatter_gather=False),
     "megatron-core": FrameworkDefaults(
-        "flash", True, True, True,
-        "Megatron-Core 2024 README: TE flash attention, --overlap-grad-reduce, "
+        "flash3", True, True, True,
+        "Megatron-Core 2024 README: Transformer Engine (cuDNN fused) attention, --overlap-grad-reduce, "
         "--overlap-param-gather, --tp-comm-overlap, sequence parallel with TP"),
     "nemo": FrameworkDefaults(
-        "flash", True, True, True,
-        "NeMo 24.07 (Megatron-Core + TE): flash attention, distributed optimizer with overlap, "
+        "flash3", True, True, True,
+        "NeMo 24.07 (Megatron-Core + TE): cuDNN fused attention, distributed optimizer with overlap, "
         "TP comm overlap, sequence parallel when TP > 1"),
     "llm-foundry-fsdp": FrameworkDefaults(
         "flash", True, False, False,
-        "llm-foundry: triton/flash attention, FSDP (ZeRO-3) prefetch overlap, no TP"),
+        "llm-foundry (2023): triton / FlashAttention-2-class attention, FSDP (ZeRO-3) "
+        "prefetch overlap, no TP"),
 }
 DEFAULT_FRAMEWORK = FrameworkDefaults("flash", True, False, None,
                                       "unknown framework: modern defaults (flash, DP overlap)")

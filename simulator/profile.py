@@ -59,7 +59,12 @@ class MemoryModel:
 
 @dataclass(frozen=True)
 class AttentionModel:
-    """Fused (flash-style) attention: fraction of the dtype peak achieved, fwd and bwd."""
+    """Fused (flash-style) attention: fraction of the dtype peak achieved, fwd and bwd.
+
+    Keys are dtypes for FlashAttention-2-class kernels and ``"<kernel>:<dtype>"`` for other
+    kernel families (``flash3``: FA3 / cuDNN Hopper kernels); a GPU without an entry for a
+    family falls back to the FA2-class value.
+    """
 
     fwd_eff: Mapping[str, Coefficient]
     bwd_eff: Mapping[str, Coefficient]
@@ -120,9 +125,12 @@ class Profile:
                 return self.gemm.eff_max[alt].value
         raise CalibrationMissingError(f"profile {self.name!r} has no GEMM efficiency for {dtype}")
 
-    def attn_eff(self, dtype: str, backward: bool) -> float:
+    def attn_eff(self, dtype: str, backward: bool, kernel: str = "flash") -> float:
         table = self.attention.bwd_eff if backward else self.attention.fwd_eff
-        for key in (dtype, "bf16", "fp16", "fp32"):
+        keys = (dtype, "bf16", "fp16", "fp32")
+        if kernel != "flash":
+            keys = tuple(f"{kernel}:{k}" for k in keys) + keys
+        for key in keys:
             if key in table:
                 return table[key].value
         raise CalibrationMissingError(f"profile {self.name!r} has no attention efficiency")

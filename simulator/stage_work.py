@@ -53,7 +53,9 @@ def partition_layers(n_layers: int, chunks: int) -> list[list[int]]:
 def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
     return LayerShape(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp,
                       cp=plan.cp, ep=plan.ep, sequence_parallel=plan.sequence_parallel,
-                      dtype=plan.precision.value, flash=plan.attention == AttentionImpl.FLASH,
+                      dtype=plan.precision.value,
+                      flash=plan.attention != AttentionImpl.MATERIALIZED,
+                      attention_kernel=plan.attention.value,
                       dropout=plan.attention == AttentionImpl.MATERIALIZED)
 
 

@@ -22,7 +22,8 @@ class Recompute(str, Enum):
 
 
 class AttentionImpl(str, Enum):
-    FLASH = "flash"           # fused kernel, no s^2 tensor in HBM
+    FLASH = "flash"           # fused FlashAttention-2-class kernel, no s^2 tensor in HBM
+    FLASH3 = "flash3"         # Hopper+ kernels (FlashAttention-3 / cuDNN, as in Transformer Engine)
     MATERIALIZED = "materialized"
 
 

@@ -47,6 +47,7 @@ class Op:
     overlaps_with: str = ""                  # name of a GEMM this comm can hide behind
     kernels: int = 1
     bwd_bytes: float = -1.0                  # backward bytes if not the default 2x forward
+    kernel: str = ""                         # attention kernel family ("flash", "flash3")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class LayerShape:
     sequence_parallel: bool = False
     dtype: str = "bf16"                      # GEMM dtype
     flash: bool = True
+    attention_kernel: str = "flash"          # "flash" (FA2-class) or "flash3" (FA3 / cuDNN)
     causal: bool = True
     dropout: bool = True
 
@@ -167,7 +169,7 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
         out_saved = b * s_q * heads * d * ab + b * heads * s_q * 4   # output + logsumexp
         ops.append(Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
                       bytes_moved=qkv_saved + out_saved, dtype=sh.dtype,
-                      saved_bytes=qkv_saved + out_saved))
+                      saved_bytes=qkv_saved + out_saved, kernel=sh.attention_kernel))
         return ops
     batch, scores = b * heads, b * heads * s_q * s_k
     dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
@@ -258,8 +260,13 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab)]
     ops += _enter_tp("final_ln_allgather", m, sh, "logits")
     ops.append(_gemm("logits", T, v, h, sh, saved=Ts * h * ab))
-    ops.append(_mem("cross_entropy", 2 * T * v, T * v, sh, saved=T * v * 4, elem_bytes=4,
-                    kernels=3))
+    # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32: upcast (2 B read,
+    # 4 B write), max, subtract, exp, sum, normalise and target gather (~7 more fp32 passes):
+    # ~34 B per logit forward; backward (softmax - one-hot, scale, downcast) ~22 B. The
+    # softmax is kept for backward (fp32).
+    elems = T * v
+    ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=34.0 * elems, dtype=sh.dtype,
+                  saved_bytes=4.0 * elems, kernels=8, bwd_bytes=22.0 * elems))
     return ops
 
 
