@@ -136,29 +136,40 @@ def _split_free(spec: _Spec, fixed: Mapping[str, float]) -> tuple[list[int], dic
     return free, dict(fixed)
 
 
+TINY = 1e-6               # lower bound of a parameter in log space (0 is not representable)
+
+
 def _solve(spec: _Spec, model: Model, rows: Sequence[object], fixed: Mapping[str, float],
            starts: Sequence[Mapping[str, float]] = ()) -> tuple[dict[str, float], object]:
-    """Least squares on log(pred/meas) over the free parameters; best of several starts."""
+    """Least squares on log(pred/meas) over the free parameters, optimised in log-parameter
+    space (uniform scaling, positivity); best of several starts. The returned ``sol.jac``
+    is with respect to the parameters themselves (chain rule), for ``_stderr``."""
     free, params = _split_free(spec, fixed)
     meas = np.log(np.array([r.time_s for r in rows], dtype=float))
 
-    def residual(x: np.ndarray) -> np.ndarray:
+    def values(z: np.ndarray) -> dict[str, float]:
         p = dict(params)
-        p.update({spec.names[i]: float(v) for i, v in zip(free, x)})
+        p.update({spec.names[i]: float(math.exp(v)) for i, v in zip(free, z)})
+        return p
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        p = values(z)
         pred = np.array([model(p, r) for r in rows], dtype=float)
         return np.log(np.maximum(pred, 1e-30)) - meas
 
-    lo = np.array([spec.lower[i] for i in free])
-    hi = np.array([spec.upper[i] for i in free])
+    lo = np.log([max(spec.lower[i], TINY) for i in free])
+    hi = np.log([spec.upper[i] for i in free])
     best = None
     for start in [dict(zip(spec.names, spec.x0)), *starts]:
-        x0 = np.clip([start.get(spec.names[i], spec.x0[i]) for i in free], lo, hi)
-        sol = least_squares(residual, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE,
-                            x_scale="jac", max_nfev=4000)
+        z0 = np.clip(np.log([max(start.get(spec.names[i], spec.x0[i]), TINY) for i in free]),
+                     lo + 1e-9, hi - 1e-9)
+        sol = least_squares(residual, z0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE,
+                            max_nfev=4000)
         if best is None or sol.cost < best.cost:
             best = sol
-    out = dict(params)
-    out.update({spec.names[i]: float(v) for i, v in zip(free, best.x)})
+    out = values(best.x)
+    x = np.exp(best.x)
+    best.jac = np.asarray(best.jac) / x            # d r / d p = (d r / d log p) / p
     return out, best
 
 
@@ -332,13 +343,28 @@ def fit_link(rows: Sequence[LinkPoint], link_bw_gbytes_per_s: float,
             raise InvalidInputError("n_ranks", r.n_ranks, "at least 2 ranks for a collective")
     spec = _Spec(LINK_PARAMS, (5.0, min(0.3, eff_upper), 20.0, min(0.8, eff_upper)),
                  (0.0, 1e-4, 0.0, 1e-4), (1e5, eff_upper, 1e6, eff_upper))
-    e = eff_upper
-    starts = [{"alpha_us": 1.0, "small_bw_eff": 0.05 * e, "base_us": 5.0, "bw_eff": 0.5 * e},
-              {"alpha_us": 20.0, "small_bw_eff": 0.5 * e, "base_us": 200.0, "bw_eff": 0.9 * e},
-              {"alpha_us": 0.5, "small_bw_eff": 0.01 * e, "base_us": 50.0, "bw_eff": 0.3 * e}]
+    starts = _link_starts(rows, link_bw_gbytes_per_s * bw_scale, eff_upper)
     model = link_model(link_bw_gbytes_per_s, hop_latency_us, bw_scale)
     return robust_fit(spec, model, rows, fixed or {},
                       lambda r: (r.op.value, r.n_ranks, r.size_bytes), starts)
+
+
+def _link_starts(rows: Sequence[LinkPoint], bw_gbytes_per_s: float,
+                 eff_upper: float) -> list[dict[str, float]]:
+    """Data-driven starting points: large-message efficiency from the fastest wire rate,
+    alpha from the smallest message; plus a few generic ones scaled to that estimate."""
+    rates, lat = [], []
+    for r in rows:
+        steps, wire = ring_steps_and_traffic(r.op, r.n_ranks, r.size_bytes)
+        if steps and wire > 0:
+            rates.append(wire / (r.time_s * bw_gbytes_per_s * 1e9))
+            lat.append(r.time_s * 1e6 / steps)
+    if not rates:
+        return []
+    eff0 = min(max(rates), eff_upper)
+    a0 = max(min(lat), 1e-3)
+    return [{"alpha_us": a0 * f, "small_bw_eff": eff0 * g, "base_us": a0 * h, "bw_eff": eff0}
+            for f, g, h in ((0.5, 0.5, 4.0), (0.9, 0.1, 20.0), (0.2, 1.0, 1.0))]
 
 
 def link_coefficients(fit: FitResult, source: str,

@@ -55,11 +55,13 @@ def gemm_time_s(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, prof: Profile,
                             wave, gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.bw_eff.value)
 
 
-def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int = 1) -> float:
-    """Bandwidth-bound work: ``kernels`` launches moving ``bytes_moved`` in total."""
+def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int = 1,
+                  kind: str = "") -> float:
+    """Bandwidth-bound work: ``kernels`` launches moving ``bytes_moved`` in total; ``kind``
+    picks a per-kernel-family efficiency where the profile has one."""
     if bytes_moved <= 0:
         return 0.0
-    bw = gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.bw_eff.value
+    bw = gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.eff(kind)
     return kernels * prof.memory.launch_us.value * 1e-6 + bytes_moved / bw
 
 

@@ -49,7 +49,7 @@ def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
         return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
                                 op.kernel or "flash")
     if op.kind == OpKind.MEMORY:
-        return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels)
+        return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels, kind=op.mem_kind)
     return 0.0
 
 

@@ -51,10 +51,19 @@ class GemmModel:
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """Bandwidth-bound kernels: ``t = launch + bytes / (mem_bw * bw_eff)``."""
+    """Bandwidth-bound kernels: ``t = launch + bytes / (mem_bw * eff)``.
+
+    ``eff`` is ``kind_eff[kind]`` when the profile measured that kind of kernel ("norm",
+    "softmax", "elementwise", "copy"; see ``workload.ops.Op.mem_kind``), else ``bw_eff``.
+    """
 
     bw_eff: Coefficient
     launch_us: Coefficient
+    kind_eff: Mapping[str, Coefficient] = field(default_factory=dict)
+
+    def eff(self, kind: str = "") -> float:
+        c = self.kind_eff.get(kind) if kind else None
+        return (c or self.bw_eff).value
 
 
 @dataclass(frozen=True)
@@ -184,7 +193,8 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
                      launch_us=_coef(g["launch_us"]), tile_m=int(g["tile_m"]),
                      tile_n=int(g["tile_n"]))
     m = d["memory"]
-    memory = MemoryModel(bw_eff=_coef(m["bw_eff"]), launch_us=_coef(m["launch_us"]))
+    memory = MemoryModel(bw_eff=_coef(m["bw_eff"]), launch_us=_coef(m["launch_us"]),
+                         kind_eff=_coef_map(m.get("kind_eff", {})))
     a = d["attention"]
     attention = AttentionModel(fwd_eff=_coef_map(a["fwd_eff"]), bwd_eff=_coef_map(a["bwd_eff"]))
     links = {}

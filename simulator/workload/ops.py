@@ -48,6 +48,7 @@ class Op:
     kernels: int = 1
     bwd_bytes: float = -1.0                  # backward bytes if not the default 2x forward
     kernel: str = ""                         # attention kernel family ("flash", "flash3")
+    mem_kind: str = ""                       # bandwidth-bound family: norm, softmax, elementwise, copy
 
 
 @dataclass(frozen=True)
@@ -93,17 +94,19 @@ def with_fp8_casts(ops: list[Op]) -> list[Op]:
         if op.kind == OpKind.GEMM and op.dtype == "fp8":
             rows = op.batch * op.m
             out.append(Op(op.name + "_fp8cast", OpKind.MEMORY, bytes_moved=4.0 * rows * op.k,
-                          dtype="bf16", bwd_bytes=4.0 * rows * op.n, recomputed=op.recomputed))
+                          dtype="bf16", bwd_bytes=4.0 * rows * op.n, recomputed=op.recomputed,
+                          mem_kind="elementwise"))
         out.append(op)
     return out
 
 
 def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
          saved: float = 0.0, recomputed: bool = False, kernels: int = 1,
-         elem_bytes: float | None = None) -> Op:
+         elem_bytes: float | None = None, kind: str = "elementwise") -> Op:
     eb = sh.act_bytes if elem_bytes is None else elem_bytes
     return Op(name, OpKind.MEMORY, bytes_moved=(elems_read + elems_written) * eb,
-              dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed, kernels=kernels)
+              dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed, kernels=kernels,
+              mem_kind=kind)
 
 
 def _comm(name: str, coll: Collective, group: str, size: float, overlaps: str = "") -> Op:
@@ -139,7 +142,7 @@ def attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
     q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
-    ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kernels=1)]
+    ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
     ops += _enter_tp("ln1_allgather", m, sh, "qkv")
     # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
     qkv_out = 0 if sh.flash else T * (q_local + 2 * kv_local) * ab   # flash core saves its own
@@ -176,7 +179,8 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     sh16 = replace(sh, dtype=dt)
     # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output
     ops.append(_gemm("qk", s_q, s_k, d, sh16, batch=batch, recomputed=True))
-    ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True))
+    ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True,
+                    kind="softmax"))
     if sh.dropout:
         ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
                         recomputed=True))
@@ -210,7 +214,7 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
     ops = attention_ops(m, sh)
-    ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab))
+    ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
     ops += _enter_tp("ln2_allgather", m, sh, "mlp_fc1")
     if m.is_moe_layer(layer):
         ops += moe_ops(m, sh)
@@ -247,7 +251,7 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
 def embedding_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     """Token embedding lookup (vocab-parallel over TP: partial sums all-reduced)."""
     T, Ts = _tokens(m, sh)
-    ops = [_mem("embedding", T * m.hidden, T * m.hidden, sh)]
+    ops = [_mem("embedding", T * m.hidden, T * m.hidden, sh, kind="copy")]
     ops += _leave_tp("embedding_reduce", m, sh, "")
     return ops
 
@@ -257,7 +261,7 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
     v = -(-m.vocab // sh.tp)
-    ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab)]
+    ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
     ops += _enter_tp("final_ln_allgather", m, sh, "logits")
     ops.append(_gemm("logits", T, v, h, sh, saved=Ts * h * ab))
     # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32: upcast (2 B read,
@@ -266,7 +270,8 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     # softmax is kept for backward (fp32).
     elems = T * v
     ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=34.0 * elems, dtype=sh.dtype,
-                  saved_bytes=4.0 * elems, kernels=8, bwd_bytes=22.0 * elems))
+                  saved_bytes=4.0 * elems, kernels=8, bwd_bytes=22.0 * elems,
+                  mem_kind="softmax"))
     return ops
 
 

@@ -1,0 +1,184 @@
+"""Collective and overlap-interference benchmarks through ``torch.distributed`` (gloo on CPU)
+between local processes. torch is imported lazily (inside the worker).
+
+Size conventions follow ``simulator.cost.ring_steps_and_traffic``: all-reduce buffer,
+all-gather *output*, reduce-scatter *input*, all-to-all send buffer per rank, send/recv
+message (timed as half a ping-pong). Each sample starts after a barrier and is the slowest
+rank's time. On a small VM gloo times are heavy-tailed (scheduler wake-ups of ~4 ms hit a
+fraction of calls), so the rows keep the mean as well as the median. Interference: a GEMM timed alone and while an async all-reduce is in flight
+(the DDP overlap pattern). Each worker uses 1 intra-op thread (as ``torchrun`` sets
+``OMP_NUM_THREADS=1`` for several processes per host).
+"""
+from __future__ import annotations
+
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Mapping
+
+from simulator.errors import ComplexityError
+
+from .bench import Plan
+from .store import Progress, Store, stats_of, time_call
+
+WORLD = 2
+COMM_BUDGET_FACTOR = 3.0  # gloo timings are heavy-tailed here: more samples per point
+INNER_TARGET_S = 0.04      # each sample averages back-to-back calls over ~40 ms (mean cost)
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+class BenchmarkError(ComplexityError):
+    """A benchmark could not run (e.g. the gloo workers failed to start)."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _op_fn(op: str, nbytes: int, rank: int):
+    import torch
+    import torch.distributed as dist
+    n = max(WORLD, nbytes // 4 // WORLD * WORLD)
+    full, part = torch.ones(n), torch.ones(n // WORLD)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(full)
+    if op == "all_gather":
+        ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: ag(full, part)
+    if op == "reduce_scatter":
+        rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: rs(part, full)
+    if op == "all_to_all":
+        out = torch.empty(n)
+        return lambda: dist.all_to_all_single(out, full)
+    peer = 1 - rank
+
+    def pingpong():
+        if rank == 0:
+            dist.send(full, peer)
+            dist.recv(full, peer)
+        else:
+            dist.recv(full, peer)
+            dist.send(full, peer)
+    return pingpong
+
+
+def _timed_samples(fn, plan: Plan, scale: float = 1.0, inner_target_s: float = 0.0) -> list[float]:
+    """Barrier-aligned samples, each the max over ranks (seconds per call, times ``scale``).
+
+    With ``inner_target_s`` > 0 each sample times back-to-back calls lasting about that long
+    (amortises barrier skew and scheduler jitter for microsecond-scale collectives).
+    """
+    import torch
+    import torch.distributed as dist
+    t0 = time.perf_counter()
+    for _ in range(max(1, plan.warmup)):
+        fn()
+    inner = 1
+    if inner_target_s > 0:
+        est = torch.tensor([(time.perf_counter() - t0) / max(1, plan.warmup)])
+        dist.all_reduce(est, op=dist.ReduceOp.MAX)         # both ranks agree on ``inner``
+        inner = max(1, min(400, int(inner_target_s / max(float(est), 1e-7))))
+    samples, start = [], time.perf_counter()
+    reps = max(5, min(plan.repeats, 7) if inner_target_s > 0 else plan.repeats)
+    budget = plan.budget_s * COMM_BUDGET_FACTOR
+    while len(samples) < reps and (len(samples) < 5 or time.perf_counter() - start < budget):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) * scale / inner)
+    t = torch.tensor(samples, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _collectives(rank: int, plan: Plan, store: Store | None, prog: Progress | None,
+                 done: frozenset[str]) -> None:
+    sweep = [("all_reduce", b) for b in plan.allreduce_bytes] + \
+        [(op, b) for op in plan.comm_ops for b in plan.comm_bytes]
+    for op, nbytes in sweep:
+        key = f"{op}:{nbytes}:n{WORLD}"
+        if key in done:
+            if prog:
+                prog.step(key, None)
+            continue
+        scale = 0.5 if op == "send_recv" else 1.0
+        st = stats_of(_timed_samples(_op_fn(op, nbytes, rank), plan, scale, INNER_TARGET_S))
+        if store is not None:
+            store.add(key, {"op": op, "size_bytes": float(nbytes), "n_ranks": WORLD,
+                            "backend": "gloo"}, st)
+            prog.step(key, st)
+
+
+def _interference(rank: int, plan: Plan, store: Store | None, prog: Progress | None,
+                  done: frozenset[str]) -> None:
+    import torch
+    import torch.distributed as dist
+    for n, nbytes in plan.interference:
+        key = f"mm{n}:ar{nbytes}:n{WORLD}"
+        if key in done:
+            if prog:
+                prog.step(key, None)
+            continue
+        a, b, buf = torch.randn(n, n), torch.randn(n, n), torch.ones(nbytes // 4)
+        alone = stats_of(_timed_samples(lambda: torch.mm(a, b), plan))
+        comm = stats_of(_timed_samples(lambda: dist.all_reduce(buf), plan))
+        holder = {}
+
+        def overlapped():
+            work = dist.all_reduce(buf, async_op=True)
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            holder.setdefault("t", []).append(time.perf_counter() - t0)
+            work.wait()
+        _timed_samples(overlapped, plan)
+        t = torch.tensor(holder["t"][plan.warmup:], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        st = stats_of(t.tolist())
+        if store is not None:
+            store.add(key, {"gemm_n": n, "allreduce_bytes": float(nbytes), "n_ranks": WORLD,
+                            "alone_s": alone.median_s, "alone_iqr_s": alone.iqr_s,
+                            "comm_alone_s": comm.median_s}, st)
+            prog.step(key, st)
+
+
+def _worker(rank: int, port: int, out: str, env: Mapping[str, str], plan: Plan,
+            quiet: bool) -> None:
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=WORLD, timeout=timedelta(seconds=120))
+    try:
+        stores = {b: Store(Path(out), b, env) for b in ("collectives", "interference")}
+        done = {b: frozenset(s.done) for b, s in stores.items()}
+        lead = rank == 0
+        n_coll = len(plan.comm_ops) * len(plan.comm_bytes) + len(plan.allreduce_bytes)
+        _collectives(rank, plan, stores["collectives"] if lead else None,
+                     Progress("collectives", n_coll, quiet) if lead else None,
+                     done["collectives"])
+        _interference(rank, plan, stores["interference"] if lead else None,
+                      Progress("interference", len(plan.interference), quiet) if lead else None,
+                      done["interference"])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_comm(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = False) -> None:
+    """Run the gloo collective and interference sweeps in ``WORLD`` local processes."""
+    import torch.multiprocessing as mp
+    try:
+        mp.start_processes(_worker, args=(free_port(), str(out), dict(env), plan, quiet),
+                           nprocs=WORLD, join=True, start_method="spawn")
+    except Exception as exc:   # noqa: BLE001 - surface a one-line error, keep measurements
+        first = str(exc).strip().splitlines()
+        raise BenchmarkError(f"gloo collective benchmark failed: "
+                             f"{first[-1] if first else type(exc).__name__}") from None

@@ -1,0 +1,135 @@
+"""`complexity calibrate` plumbing: discovery + microbenchmarks + fit, or refit only.
+
+The main CLI (simulator/cli.py) hooks these in with ``add_subcommands(subparsers)``, or
+calls ``run_calibrate(out_dir, quick)`` / ``run_fit(out_dir)`` directly. Errors are
+``simulator.errors`` types whose ``str`` is one line.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from simulator.errors import ComplexityError, InvalidInputError
+
+from .discover import describe, discover
+from .reference import write_profile
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """Where things were written and how long it took."""
+
+    out_dir: Path
+    profiles: Mapping[str, Path]
+    measurements: tuple[Path, ...]
+    wall_s: float
+
+
+def _out_dir(out_dir: str | Path, create: bool) -> Path:
+    p = Path(out_dir)
+    if p.exists() and not p.is_dir():
+        raise InvalidInputError("out", str(p), "a directory (it is a file)")
+    if not p.exists():
+        if not create:
+            raise InvalidInputError("out", str(p), "an existing calibration directory "
+                                    "(run `complexity calibrate --out DIR` first)")
+        p.mkdir(parents=True)
+    return p
+
+
+def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False
+                  ) -> CalibrationResult:
+    """Discover the device, run every microbenchmark (resuming points already in
+    ``OUT/measurements``), fit, and write ``OUT/profile.json`` (+ per-thread variants)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ComplexityError("calibration needs torch (pip install 'complexity-framework[torch]')"
+                              ) from None
+    from .bench import bench_attention, bench_gemm, bench_memory, default_plan, quick_plan
+    from .bench_comm import bench_comm
+    from .store import environment
+    t0 = time.perf_counter()
+    out = _out_dir(out_dir, create=True)
+    info = discover()
+    if not quiet:
+        print(describe(info), file=sys.stderr)
+    env, plan = environment(info.key), quick_plan() if quick else default_plan()
+    try:
+        for bench in (bench_gemm, bench_memory, bench_attention, bench_comm):
+            bench(out, env, plan, quiet)
+    except KeyboardInterrupt:
+        raise ComplexityError(f"calibration interrupted; measurements taken so far are kept in "
+                              f"{out / 'measurements'}; re-run the same command to resume") from None
+    res = run_fit(out, info=info, quiet=quiet)
+    return CalibrationResult(out, res.profiles, res.measurements, time.perf_counter() - t0)
+
+
+def run_fit(out_dir: str | Path, info=None, quiet: bool = False) -> CalibrationResult:
+    """Refit ``OUT/profile*.json`` from the stored ``OUT/measurements/*.parquet``."""
+    from .cpu_profile import fit_profiles
+    t0 = time.perf_counter()
+    out = _out_dir(out_dir, create=False)
+    profiles = fit_profiles(out, info)
+    written = {}
+    for name, prof in profiles.items():
+        write_profile(prof, out / name)
+        written[name] = out / name
+        if not quiet:
+            print(f"wrote {out / name}: {_headline(prof)}", file=sys.stderr)
+    meas = tuple(sorted((out / "measurements").glob("*.parquet")))
+    return CalibrationResult(out, written, meas, time.perf_counter() - t0)
+
+
+def _headline(prof) -> str:
+    d = prof.device
+    host = prof.node.scale_up.bandwidth_gbytes_per_s if prof.node else 0.0
+    return (f"fp32 {d.peak('fp32') * 1e3:.1f} GFLOP/s, memory {d.mem_bw_gbytes_per_s:.1f} GB/s, "
+            f"host link {host:.2f} GB/s, overlap x{prof.overlap_slowdown.value:.2f}")
+
+
+# ---- argparse hook -----------------------------------------------------------------------
+def add_subcommands(subparsers) -> argparse.ArgumentParser:
+    """Add ``calibrate [fit] [--quick] --out DIR`` to the main CLI's subparsers."""
+    p = subparsers.add_parser("calibrate", help="measure this machine and fit a profile "
+                              "(`calibrate fit` refits from stored measurements)")
+    p.add_argument("action", nargs="?", choices=["fit"], help="refit only")
+    p.add_argument("--quick", action="store_true", help="short sweep (well under a minute)")
+    p.add_argument("--out", default="calibration", help="output directory (default: "
+                   "./calibration): DIR/profile.json, DIR/measurements/*.parquet")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=main_calibrate)
+    return p
+
+
+def main_calibrate(args: argparse.Namespace) -> int:
+    """Entry for the parsed ``calibrate`` subcommand; prints a one-line error on failure."""
+    try:
+        if args.action == "fit":
+            res = run_fit(args.out, quiet=args.quiet)
+        else:
+            res = run_calibrate(args.out, quick=args.quick, quiet=args.quiet)
+    except ComplexityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name, path in res.profiles.items():
+        print(path)
+    print(f"calibration done in {res.wall_s:.1f} s", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone ``python -m calibrate.cli [fit] [--quick] --out DIR``."""
+    parser = argparse.ArgumentParser(prog="calibrate")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_subcommands(sub)
+    args = parser.parse_args(["calibrate", *(argv if argv is not None else sys.argv[1:])])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""Fit a measured device's Profile from ``OUT/measurements/*.parquet`` (calibrate.bench).
+
+A CPU has no datasheet peak we trust, so the device's peaks *are* the fitted asymptotes:
+``peak_tflops[dtype]`` = fitted asymptotic GEMM rate with ``eff_max = 1.0``;
+``mem_bw_gbytes_per_s`` = fitted bandwidth with ``bw_eff = 1.0``; the host link's bandwidth
+= the fitted gloo large-message bandwidth with ``bw_eff = 1.0``. ``sm_count = 0`` turns wave
+quantization off. Efficiencies of attention are relative to the fitted fp32 peak.
+
+One profile per thread count measured: ``profile.json`` (one process, torch's default
+threads) and, on a multi-core host, ``profile_1thread.json`` (one thread per rank, as
+``torchrun --nproc`` = cores runs). Collectives and interference are always measured with
+one thread per rank and appear in both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from simulator.cost import Collective
+from simulator.errors import InvalidInputError
+from simulator.hardware import GPUSpec, LinkKind, LinkSpec, NodeSpec
+from simulator.profile import (AttentionModel, Coefficient, GemmModel, LinkCoefficients,
+                               MemoryModel, Profile)
+
+from .discover import DeviceInfo, discover
+from .fit import (AttnPoint, FitResult, GemmPoint, InterferencePoint, LinkPoint, MemPoint,
+                  fit_attention, fit_gemm, fit_interference, fit_link, fit_memory, link_model)
+from .store import FINGERPRINT_KEYS, read_rows
+
+BIG = 1e4      # upper bound for "efficiency" parameters that carry absolute rates
+
+
+def t_compute(r: Mapping[str, Any]) -> float:
+    """Time of a compute point used by the fits: the 10th percentile of its samples (robust
+    to stalls from other load on a shared host; falls back to the median for old files)."""
+    return r.get("p10_s") or r["median_s"]
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Raw rows per benchmark (dicts as stored in Parquet)."""
+
+    gemm: list[dict[str, Any]]
+    memory: list[dict[str, Any]]
+    attention: list[dict[str, Any]]
+    collectives: list[dict[str, Any]]
+    interference: list[dict[str, Any]]
+
+
+def load_measurements(out_dir: Path) -> Measurements:
+    """Read every benchmark file; one-line errors for a missing directory or file."""
+    mdir = Path(out_dir) / "measurements"
+    if not mdir.is_dir():
+        raise InvalidInputError("out", str(out_dir), "a directory containing measurements/ "
+                                "(run `complexity calibrate --out DIR` first)")
+    rows = {}
+    for bench in ("gemm", "memory", "attention", "collectives", "interference"):
+        path = mdir / f"{bench}.parquet"
+        if not path.exists():
+            raise InvalidInputError("measurements", str(path), "an existing file (re-run "
+                                    "`complexity calibrate`; it resumes where it stopped)")
+        rows[bench] = [r for r in read_rows(path) if not r.get("suspect")]
+        if not rows[bench]:
+            raise InvalidInputError("measurements", str(path), "at least one usable row")
+    return Measurements(**rows)
+
+
+def _src(bench: str, rows: Sequence[Mapping[str, Any]], what: str) -> str:
+    stat = "mean" if bench == "collectives" else ("median" if bench == "interference"
+                                                 else "10th-percentile")
+    return (f"fit to measurements/{bench}.parquet ({len(rows)} points, {stat} time per point"
+            f"{', ' + what if what else ''})")
+
+
+# ---- compute ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ComputeFit:
+    """Fitted compute side of one thread count."""
+
+    peak_tflops: Mapping[str, float]
+    mem_bw_gbytes_per_s: float
+    gemm: GemmModel
+    memory: MemoryModel
+    attention: AttentionModel
+    fits: Mapping[str, FitResult]
+
+
+def _memory(rows: Sequence[Mapping[str, Any]], threads: int) -> tuple[float, MemoryModel, FitResult]:
+    pts = [MemPoint(r["bytes_moved"], t_compute(r)) for r in rows]
+    f = fit_memory(pts, 1.0, bw_eff_upper=BIG)
+    src = _src("memory", rows, f"copy/add/layernorm/softmax/gelu fp32, {threads} threads")
+    bw = f.values["bw_eff"]
+    model = MemoryModel(
+        bw_eff=Coefficient(1.0, "fraction", f"1.0 by construction: the device bandwidth is the "
+                           f"fitted {bw:.2f} GB/s (+/- {f.stderr['bw_eff']:.2f}); {src}",
+                           None, f.heldout_mape_pct),
+        launch_us=f.coefficient("launch_us", "us", src))
+    return bw, model, f
+
+
+def _gemm(rows: Sequence[Mapping[str, Any]], mem_bw: float, threads: int
+          ) -> tuple[dict[str, float], GemmModel, dict[str, FitResult]]:
+    def pts(dt: str) -> list[GemmPoint]:
+        return [GemmPoint(r["m"], r["n"], r["k"], t_compute(r), 2 if dt == "bf16" else 4)
+                for r in rows if r["dtype"] == dt]
+    fp32 = [r for r in rows if r["dtype"] == "fp32"]
+    f32 = fit_gemm(pts("fp32"), 1.0, 0, mem_bw, 0, 0, eff_max_upper=BIG)
+    src = _src("gemm", fp32, f"torch.mm fp32, {threads} threads; peak 1.0 TF placeholder, so "
+               "eff_max = asymptotic TFLOP/s")
+    peaks, fits = {"fp32": f32.values["eff_max"]}, {"gemm_fp32": f32}
+    eff = {"fp32": _unit_eff(f32, "fp32", src)}
+    if len(pts("bf16")) >= 2:
+        fixed = {"k_half": f32.values["k_half"], "launch_us": f32.values["launch_us"]}
+        fb = fit_gemm(pts("bf16"), 1.0, 0, mem_bw, 0, 0, fixed=fixed, eff_max_upper=BIG)
+        bsrc = _src("gemm", [r for r in rows if r["dtype"] == "bf16"],
+                    f"torch.mm bf16, {threads} threads; k_half/launch from the fp32 fit")
+        peaks["bf16"], fits["gemm_bf16"] = fb.values["eff_max"], fb
+        eff["bf16"] = _unit_eff(fb, "bf16", bsrc)
+    model = GemmModel(eff_max=eff, k_half=f32.coefficient("k_half", "elements", src),
+                      launch_us=f32.coefficient("launch_us", "us", src), tile_m=0, tile_n=0)
+    return peaks, model, fits
+
+
+def _unit_eff(f: FitResult, dtype: str, src: str) -> Coefficient:
+    rate, err = f.values["eff_max"], f.stderr["eff_max"]
+    return Coefficient(1.0, "fraction", f"1.0 by construction: device peak_tflops[{dtype}] is "
+                       f"the fitted asymptote {rate * 1e3:.1f} GFLOP/s (+/- {err * 1e3:.1f}); "
+                       f"{src}", None, f.heldout_mape_pct)
+
+
+def _attention(rows: Sequence[Mapping[str, Any]], peak_fp32: float, launch_us: float,
+               threads: int) -> tuple[AttentionModel, dict[str, FitResult]]:
+    by = {(r["batch"], r["heads"], r["seq"], r["head_dim"], r["pass"]): r for r in rows}
+    fwd = [AttnPoint(r["flops_fwd"], t_compute(r)) for r in rows if r["pass"] == "fwd"]
+    bwd = []
+    for (b, h, s, d, pas), r in by.items():
+        f = by.get((b, h, s, d, "fwd"))
+        if pas == "fwd_bwd" and f and t_compute(r) > t_compute(f):
+            bwd.append(AttnPoint(2.5 * r["flops_fwd"], t_compute(r) - t_compute(f)))
+    ff = fit_attention(fwd, peak_fp32, launch_us)
+    fb = fit_attention(bwd, peak_fp32, launch_us)
+    what = (f"scaled_dot_product_attention causal fp32, {threads} threads; fraction of the "
+            f"fitted fp32 peak {peak_fp32 * 1e3:.1f} GFLOP/s; FLOPs as simulator/workload/ops.py")
+    fc = ff.coefficient("eff", "fraction", _src("attention", rows, what + " (forward)"))
+    bc = fb.coefficient("eff", "fraction", _src("attention", rows, what + "; backward = "
+                        "(fwd+bwd - fwd) time at 2.5x forward FLOPs"))
+    return AttentionModel(fwd_eff={"fp32": fc}, bwd_eff={"fp32": bc}), \
+        {"attention_fwd": ff, "attention_bwd": fb}
+
+
+def fit_compute(m: Measurements, threads: int) -> ComputeFit:
+    """GEMM, memory and attention fits for the rows measured with ``threads`` threads."""
+    pick = lambda rows: [r for r in rows if r["threads"] == threads]
+    mem_rows, gemm_rows, attn_rows = pick(m.memory), pick(m.gemm), pick(m.attention)
+    if not (mem_rows and gemm_rows and attn_rows):
+        raise InvalidInputError("threads", threads, "a thread count present in gemm, memory "
+                                "and attention measurements")
+    bw, memory, fm = _memory(mem_rows, threads)
+    peaks, gemm, fg = _gemm(gemm_rows, bw, threads)
+    attention, fa = _attention(attn_rows, peaks["fp32"], memory.launch_us.value, threads)
+    return ComputeFit(peaks, bw, gemm, memory, attention, {"memory": fm, **fg, **fa})
+
+
+# ---- communication -------------------------------------------------------------------------
+def fit_host_link(rows: Sequence[Mapping[str, Any]]) -> tuple[float, LinkCoefficients, FitResult]:
+    """gloo collectives -> (bandwidth GB/s, host-link coefficients with bw_eff = 1, fit).
+
+    Uses each point's mean time (gloo latencies are heavy-tailed here and a training step
+    pays the mean).
+    """
+    def pts(sel):
+        return [LinkPoint(r["size_bytes"], r["mean_s"] or r["median_s"], Collective(r["op"]),
+                          int(r["n_ranks"])) for r in sel]
+    ar = [r for r in rows if r["op"] == "all_reduce"]
+    f = fit_link(pts(ar), 1.0, 0.0, 1.0, eff_upper=BIG)
+    bw = f.values["bw_eff"]
+    src = _src("collectives", ar, "gloo all_reduce between local processes (the collective "
+               "data parallelism uses; other ops are kept in the file and scored in the notes), "
+               "mean time per point; link bandwidth 1 GB/s placeholder, hop latency 0")
+    small = f.values["small_bw_eff"] / bw
+    c = LinkCoefficients(
+        alpha_us=f.coefficient("alpha_us", "us", src),
+        small_bw_eff=Coefficient(small, "fraction", f"fitted small-message bandwidth "
+                                 f"{f.values['small_bw_eff']:.3f} GB/s / large {bw:.3f} GB/s; "
+                                 + src, f.stderr["small_bw_eff"] / bw, f.heldout_mape_pct),
+        base_us=f.coefficient("base_us", "us", src),
+        bw_eff=Coefficient(1.0, "fraction", f"1.0 by construction: host link bandwidth is the "
+                           f"fitted {bw:.3f} GB/s (+/- {f.stderr['bw_eff']:.3f}); {src}",
+                           None, f.heldout_mape_pct))
+    return bw, c, f
+
+
+def other_ops_error_pct(rows: Sequence[Mapping[str, Any]], f: FitResult) -> dict[str, float]:
+    """MAPE (%) of the all-reduce-fitted host link on each other measured collective."""
+    model = link_model(1.0, 0.0, 1.0)
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r["op"] == "all_reduce":
+            continue
+        t = r["mean_s"] or r["median_s"]
+        p = model(f.values, LinkPoint(r["size_bytes"], t, Collective(r["op"]), int(r["n_ranks"])))
+        out.setdefault(r["op"], []).append(abs(p - t) / t * 100.0)
+    return {op: sum(v) / len(v) for op, v in sorted(out.items())}
+
+
+def fit_overlap(rows: Sequence[Mapping[str, Any]]) -> tuple[Coefficient, FitResult]:
+    pts = [InterferencePoint(r["alone_s"], r["median_s"]) for r in rows]   # both medians
+    f = fit_interference(pts)
+    return f.coefficient("slowdown", "multiplier", _src(
+        "interference", rows, "torch.mm timed alone vs while an async gloo all_reduce is in "
+        "flight, 1 thread per rank")), f
+
+
+# ---- assembly ------------------------------------------------------------------------------
+def build_device(info: DeviceInfo, cf: ComputeFit, threads: int, date: str) -> GPUSpec:
+    return GPUSpec(key=info.key, name=info.name, vendor=info.name.split()[0] if info.name else "",
+                   peak_tflops=dict(cf.peak_tflops), mem_bytes=info.mem_bytes,
+                   mem_bw_gbytes_per_s=cf.mem_bw_gbytes_per_s, tdp_w=0.0, sm_count=0,
+                   source=f"measured by `complexity calibrate` on {date} with {threads} torch "
+                          "thread(s): peaks are fitted GEMM asymptotes, bandwidth the fitted "
+                          "memory-kernel bandwidth")
+
+
+def build_node(info: DeviceInfo, bw: float, ranks: int) -> NodeSpec:
+    host = LinkSpec(key="host-gloo", kind=LinkKind.HOST, bandwidth_gbytes_per_s=bw,
+                    latency_us=0.0, source="fitted gloo large-message bandwidth between local "
+                    "processes (latency folded into alpha_us/base_us)")
+    nic = LinkSpec(key="none", kind=LinkKind.ETHERNET, bandwidth_gbytes_per_s=0.0,
+                   latency_us=0.0, source="single host: no network measured")
+    return NodeSpec(key=f"{info.key}-host", gpu_key=info.key, gpus_per_node=ranks,
+                    scale_up=host, scale_up_domain_gpus=ranks, in_switch_reduction=False,
+                    nics_per_node=0, nic=nic,
+                    source=f"this host: up to {ranks} ranks (one per logical core)")
+
+
+def fit_profiles(out_dir: Path, info: DeviceInfo | None = None) -> dict[str, Profile]:
+    """Profiles keyed by file name (``profile.json``, ``profile_1thread.json``)."""
+    m = load_measurements(out_dir)
+    info = info or discover()
+    bw, host, fl = fit_host_link(m.collectives)
+    overlap, fo = fit_overlap(m.interference)
+    env = {k: str(m.gemm[0].get(k, "")) for k in FINGERPRINT_KEYS}
+    out = {}
+    for threads in sorted({r["threads"] for r in m.gemm}, reverse=True):
+        cf = fit_compute(m, threads)
+        name = "profile.json" if threads == max(r["threads"] for r in m.gemm) \
+            else f"profile_{threads}thread.json"
+        fits = {**cf.fits, "host_link": fl, "interference": fo}
+        out[name] = Profile(
+            name=f"{info.key}-measured-{threads}t", device_key=info.key, gemm=cf.gemm,
+            memory=cf.memory, attention=cf.attention, links={"host": host},
+            overlap_slowdown=overlap,
+            step_overhead_s=Coefficient(0.0, "s", "assumed: per-step overhead not measured"),
+            fingerprint={**env, "threads": str(threads), "builder": "calibrate.cpu_profile"},
+            notes=_notes(fits, threads) + _extra_notes(m, threads, fl),
+            device=build_device(info, cf, threads, env["date"]),
+            node=build_node(info, bw, max(1, info.cores)))
+    return out
+
+
+def per_kernel_bandwidth(rows: Sequence[Mapping[str, Any]], threads: int) -> dict[str, float]:
+    """Fitted GB/s of each memory-bound kernel alone (the profile holds one bandwidth)."""
+    out = {}
+    for k in sorted({r["kernel"] for r in rows}):
+        sel = [MemPoint(r["bytes_moved"], t_compute(r)) for r in rows
+               if r["kernel"] == k and r["threads"] == threads]
+        if len(sel) >= 3:
+            out[k] = fit_memory(sel, 1.0, bw_eff_upper=BIG).values["bw_eff"]
+    return out
+
+
+def _extra_notes(m: Measurements, threads: int, fl: FitResult) -> str:
+    kb = per_kernel_bandwidth(m.memory, threads)
+    oe = other_ops_error_pct(m.collectives, fl)
+    return (" Memory-bound kernels differ a lot on a CPU; per-kernel fitted GB/s: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in kb.items())
+            + ". Host-link (all_reduce fit) MAPE on other gloo ops: "
+            + ", ".join(f"{k} {v:.0f}%" for k, v in oe.items()) + ".")
+
+
+def _notes(fits: Mapping[str, FitResult], threads: int) -> str:
+    parts = [f"Measured on this host with {threads} torch thread(s) for compute. Held-out "
+             "MAPE per fit:"]
+    for name, f in sorted(fits.items()):
+        h = "n/a" if f.heldout_mape_pct is None else f"{f.heldout_mape_pct:.1f}%"
+        parts.append(f"{name} {h} (train {f.train_mape_pct:.1f}%, n={f.n_points});")
+    return " ".join(parts)

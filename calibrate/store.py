@@ -1,0 +1,155 @@
+"""Raw measurement storage (Parquet) with resume, plus the timing loop the benchmarks share.
+
+Each benchmark owns ``OUT/measurements/<bench>.parquet``: one row per measured point with
+its parameters, the timing statistics (median, quartiles, IQR and mean, in seconds) and the
+environment fingerprint. The file is rewritten after every point, so an interrupted
+calibration keeps what it measured; a re-run skips points whose ``point`` key is present
+(when the fingerprint's device and torch version match).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simulator.errors import InvalidInputError
+
+REPO = Path(__file__).resolve().parent.parent
+FINGERPRINT_KEYS = ("device", "torch_version", "gloo", "date", "git_revision", "python",
+                    "cpu_pressure_avg60_pct")
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, timeout=5,
+                             capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def cpu_pressure_pct() -> str:
+    """Linux PSI 'some' CPU pressure over the last 60 s (%), or '' where unavailable: how much
+    other load competed for the CPU while measuring."""
+    try:
+        with open("/proc/pressure/cpu") as fh:
+            first = fh.readline().split()
+        return next(f.split("=")[1] for f in first if f.startswith("avg60="))
+    except (OSError, StopIteration, IndexError):
+        return ""
+
+
+def environment(device: str) -> dict[str, str]:
+    """The fingerprint stored with every row."""
+    import torch
+    import torch.distributed as dist
+    gloo = "yes" if dist.is_available() and dist.is_gloo_available() else "no"
+    return {"device": device, "torch_version": torch.__version__, "gloo": gloo,
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+            "git_revision": git_revision(), "python": platform.python_version(),
+            "cpu_pressure_avg60_pct": cpu_pressure_pct()}
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Timing statistics of one point, seconds."""
+
+    median_s: float
+    p25_s: float
+    p75_s: float
+    n_samples: int
+    mean_s: float = 0.0
+    p10_s: float = 0.0
+
+    @property
+    def iqr_s(self) -> float:
+        return self.p75_s - self.p25_s
+
+
+def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
+              sync: Callable[[], Any] | None = None) -> Stats:
+    """Run ``fn`` ``warmup`` times, then time up to ``repeats`` calls (at least 3) or until
+    ``budget_s`` seconds have passed; ``sync`` (e.g. a CUDA synchronize) runs around each."""
+    for _ in range(warmup):
+        fn()
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        samples.append(time.perf_counter() - t0)
+    return stats_of(samples)
+
+
+def stats_of(samples: list[float]) -> Stats:
+    a = np.asarray(samples, dtype=float)
+    p10, p25, med, p75 = np.percentile(a, [10, 25, 50, 75])
+    return Stats(float(med), float(p25), float(p75), len(samples), float(a.mean()), float(p10))
+
+
+class Store:
+    """Rows of one benchmark, persisted to Parquet after every added point."""
+
+    def __init__(self, out_dir: Path, bench: str, env: Mapping[str, str]) -> None:
+        self.path = Path(out_dir) / "measurements" / f"{bench}.parquet"
+        self.env = dict(env)
+        self.rows: list[dict[str, Any]] = []
+        if self.path.exists():
+            old = read_rows(self.path)
+            if old and all(old[0].get(k) == self.env[k] for k in ("device", "torch_version")):
+                self.rows = old
+        self.done = {r["point"] for r in self.rows}
+
+    def has(self, point: str) -> bool:
+        return point in self.done
+
+    def add(self, point: str, params: Mapping[str, Any], st: Stats, suspect: bool = False) -> None:
+        """Add (or replace) one point and persist the file."""
+        row = {"point": point, **params, "median_s": st.median_s, "p25_s": st.p25_s,
+               "p75_s": st.p75_s, "iqr_s": st.iqr_s, "mean_s": st.mean_s, "p10_s": st.p10_s,
+               "n_samples": st.n_samples, "suspect": suspect, **self.env}
+        self.rows = [r for r in self.rows if r["point"] != point] + [row]
+        self.done.add(point)
+        self.flush()
+
+    def flush(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".parquet.tmp")
+        pq.write_table(pa.Table.from_pylist(self.rows), tmp)
+        tmp.replace(self.path)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of one measurements file; a one-line error if it is unreadable."""
+    try:
+        return pq.read_table(path).to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        raise InvalidInputError("measurements", str(path), "a Parquet file written by "
+                                "`complexity calibrate`", str(exc).splitlines()[0]) from None
+
+
+class Progress:
+    """One status line per measured point on stderr: ``[gemm 3/40] m=512 ... 1.23 ms``."""
+
+    def __init__(self, bench: str, total: int, quiet: bool = False) -> None:
+        self.bench, self.total, self.i, self.quiet = bench, total, 0, quiet
+
+    def step(self, label: str, st: Stats | None) -> None:
+        self.i += 1
+        if self.quiet:
+            return
+        t = "resumed" if st is None else f"{st.median_s * 1e3:.3f} ms (IQR {st.iqr_s * 1e3:.3f})"
+        print(f"[{self.bench} {self.i}/{self.total}] {label}: {t}", file=sys.stderr, flush=True)
