@@ -73,7 +73,7 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
     s = st[crit]
     comp = [t for t in eng.tasks if t.resource == s.compute]
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0, "pp": 0.0,
-             "bubble": 0.0, "optimizer": 0.0}
+             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0}
     by_tid = {tid: u for u, tid in s.units.items()}
     prev_end = 0.0
     for t in comp:
@@ -84,9 +84,13 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
         if t.tid == s.optimizer:
             parts["optimizer"] += t.work_s
             continue
+        if t.meta.get("kind") == "interference":
+            parts["interference"] += t.work_s
+            continue
         u = by_tid[t.tid]
         pc = stages[crit][u.chunk].fwd if u.fwd else stages[crit][u.chunk].bwd
         parts["compute"] += pc.compute_s
+        parts["interference"] += pc.interference_s
         for g, v in pc.comm_s.items():
             parts[g] = parts.get(g, 0.0) + v
     parts["dp"] += max(0.0, end - prev_end)          # exposed param all-gather after optimizer
@@ -121,10 +125,11 @@ def _analytic_step(stages, plan, cluster, prof, groups):
     dp_exposed = max(0.0, dp - last_bwd) if plan.dp_overlap else dp
     opt = optimizer_time_s(stages[crit], plan, cluster, prof)
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
-             "bubble": pipe - m * t, "optimizer": opt}
+             "bubble": pipe - m * t, "optimizer": opt, "interference": 0.0}
     for c in stages[crit]:
         for pc in (c.fwd, c.bwd):
             parts["compute"] += m * pc.compute_s
+            parts["interference"] += m * pc.interference_s
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + m * v
     return pipe + dp_exposed + opt, crit, parts, m * t + opt, []
@@ -148,7 +153,7 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
     bd = Breakdown(compute_s=parts["compute"], tp_comm_s=parts["tp"], cp_comm_s=parts["cp"],
                    ep_comm_s=parts["ep"], dp_comm_s=parts["dp"], pp_comm_s=parts["pp"],
                    bubble_s=parts["bubble"], optimizer_s=parts["optimizer"],
-                   overhead_s=step - sum(parts.values()))
+                   interference_s=parts["interference"], overhead_s=step - sum(parts.values()))
     peaks = [m.total_bytes for m in memory]
     return Result(step_time_s=step, tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
                   model_tflops_per_gpu=model_flops / step / n / 1e12,

@@ -126,8 +126,10 @@ def nemo_overrides(model: TransformerSpec, plan: Plan, n_nodes: int, gpus_per_no
     if plan.recompute == Recompute.FULL:
         o += ["model.activations_checkpoint_method=uniform",
               "model.activations_checkpoint_num_layers=1"]
-    if plan.zero_stage >= 1:
+    if plan.zero_stage in (1, 2):
         o.append("model.optim.name=distributed_fused_adam")
+    elif plan.zero_stage == 3:
+        o += ["model.fsdp=true", "model.fsdp_sharding_strategy=full"]
     if plan.precision == Dtype.FP8:
         o += ["model.fp8=true", "model.fp8_hybrid=true"]
     return o

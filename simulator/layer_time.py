@@ -23,16 +23,18 @@ class PassCost:
 
     compute_s: float = 0.0
     comm_s: dict[str, float] = field(default_factory=dict)   # exposed, by group
+    interference_s: float = 0.0                               # compute slowed by overlapped comm
     flops: float = 0.0                                        # executed (hardware) FLOPs
     model_flops: float = 0.0
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + sum(self.comm_s.values())
+        return self.compute_s + sum(self.comm_s.values()) + self.interference_s
 
     def add(self, other: "PassCost", times: int = 1) -> None:
         self.compute_s += times * other.compute_s
+        self.interference_s += times * other.interference_s
         self.flops += times * other.flops
         self.model_flops += times * other.model_flops
         for k, v in other.comm_s.items():
@@ -67,6 +69,12 @@ def group_collective_s(coll: Collective, size_bytes: float, g: GroupPlacement,
     return t
 
 
+def interference_s(overlapped_s: float, prof: Profile) -> float:
+    """Extra compute time while a collective runs alongside it for ``overlapped_s``
+    (communication kernels take SMs and memory bandwidth: ``Profile.overlap_slowdown``)."""
+    return max(0.0, prof.overlap_slowdown.value - 1.0) * max(0.0, overlapped_s)
+
+
 def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, GroupPlacement],
               tp_overlap: bool) -> PassCost:
     """Cost of running ``ops`` once, in order, on one rank."""
@@ -86,6 +94,7 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             base = op.overlaps_with
             hidden = times.get(base) or times.get(base + "_dgrad") or times.get(base + "_bwd") or 0.0
         exposed = max(0.0, t - hidden)
+        pc.interference_s += interference_s(min(t, hidden), prof)
         pc.comm_s[op.group] = pc.comm_s.get(op.group, 0.0) + exposed
         pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + exposed
     return pc

@@ -5,10 +5,11 @@ reported in the ``chosen`` column:
 
 * framework behaviour that the framework's own documentation fixes (attention kernel,
   gradient-reduction overlap, TP-communication overlap) comes from ``FRAMEWORKS``;
-* tunables the source does not state (micro-batch, virtual stages, recompute, sequence
-  parallelism) are set to the best *feasible* value by our own simulation: the one with
-  the shortest predicted step that fits in memory. Measured step times are never read
-  while choosing.
+* an empty ``vpp`` means the frameworks' default, the non-interleaved schedule;
+* tunables with no framework default (micro-batch, and recompute / sequence parallelism
+  where the framework does not fix them) are set to the best *feasible* value by our own
+  simulation: the shortest predicted step that fits in memory. Measured step times are
+  never read while choosing.
 """
 from __future__ import annotations
 
@@ -166,7 +167,9 @@ def candidate_plans(row: Mapping[str, str], base: Plan, fw: FrameworkDefaults,
     """Plans for every combination of the empty tunable cells, with a 'chosen' note."""
     mbs = [base.micro_batch] if _int(row, "micro_batch") else \
         [b for b in (1, 2, 4, 8) if (base.global_batch // base.dp) % b == 0]
-    vpps = [base.vpp] if _int(row, "vpp") or base.pp == 1 else _vpp_options(model, base)
+    # empty vpp: the frameworks' default is the non-interleaved schedule (Megatron's
+    # --num-layers-per-virtual-pipeline-stage defaults to None)
+    vpps = [base.vpp]
     recs = [base.recompute.value] if (row.get("recompute") or "").strip() else ["none", "selective", "full"]
     sp_given = _bool(row, "sequence_parallel")
     if base.tp == 1:
@@ -184,17 +187,13 @@ def candidate_plans(row: Mapping[str, str], base: Plan, fw: FrameworkDefaults,
                     yield p, _chosen_note(row, p)
 
 
-def _vpp_options(model: TransformerSpec, plan: Plan) -> list[int]:
-    per_stage = model.n_layers // plan.pp
-    return [v for v in (1, 2, 3, 4, 6) if per_stage % v == 0 and v <= per_stage]
-
 
 def _chosen_note(row: Mapping[str, str], p: Plan) -> str:
     notes = []
     if not _int(row, "micro_batch"):
         notes.append(f"micro_batch={p.micro_batch}")
     if not _int(row, "vpp") and p.pp > 1:
-        notes.append(f"vpp={p.vpp}")
+        notes.append(f"vpp={p.vpp} (framework default: no interleaving)")
     if not (row.get("recompute") or "").strip():
         notes.append(f"recompute={p.recompute.value}")
     if _bool(row, "sequence_parallel") is None and p.tp > 1:

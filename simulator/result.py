@@ -17,6 +17,7 @@ class Breakdown:
     pp_comm_s: float            # waiting on pipeline sends
     bubble_s: float             # waiting on other stages
     optimizer_s: float
+    interference_s: float       # compute slowed by communication running beside it
     overhead_s: float
 
     def as_dict(self) -> dict[str, float]:

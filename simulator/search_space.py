@@ -177,9 +177,9 @@ def make_plan(shape: Shape, k: Knobs, global_batch: int, space: SearchSpace) -> 
 
 def _rule_rejection(shape: Shape, k: Knobs) -> Rejection | None:
     if k.zero_stage >= 2 and shape.pp > 1:
-        return Rejection(RejectReason.UNSUPPORTED, "zero_stage>=2 with pp>1")
+        return Rejection(RejectReason.UNSUPPORTED, "zero2/3 with pipeline")
     if k.zero_stage == 1 and shape.dp * shape.cp == 1:
-        return Rejection(RejectReason.DUPLICATE, "zero_stage=1 with dp*cp=1")
+        return Rejection(RejectReason.DUPLICATE, "zero1 without data parallelism")
     return None
 
 

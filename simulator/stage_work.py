@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .hardware import ClusterSpec
-from .layer_time import PassCost, group_collective_s, pass_cost
+from .layer_time import PassCost, group_collective_s, interference_s, pass_cost
 from .memory import layer_activation_bytes
 from .cost import Collective
 from .profile import Profile
@@ -172,5 +172,7 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
     first_layer = ag / max(1, n_layers)
     for pc, comm in ((fwd, ag), (bwd, ag + rs)):
-        exposed = max(0.0, comm - pc.total_s) + first_layer
+        busy = pc.total_s
+        exposed = max(0.0, comm - busy) + first_layer
+        pc.interference_s += interference_s(min(comm, busy), prof)
         pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .cost import Collective, collective_time_s, memory_time_s
 from .engine import Engine
 from .hardware import ClusterSpec
-from .layer_time import group_collective_s
+from .layer_time import group_collective_s, interference_s
 from .profile import Profile
 from .schedule import Unit, stage_order, upstream
 from .stage_work import ChunkWork
@@ -151,6 +151,11 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         for ch in sorted(chunks, key=lambda c: -_last_backward(stage, c.chunk)):
             prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev)
     deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
+    t_int = _dp_interference_s(eng, stage, chunks, plan, prof, groups)
+    if t_int > 0:
+        stage.last_unit = eng.add("interference (dp overlap)", stage.compute, t_int,
+                                  [(stage.last_unit, 1.0)], stage=s, kind="interference")
+        deps[0] = (stage.last_unit, 1.0)
     t_opt = optimizer_time_s(chunks, plan, cluster, prof)
     stage.optimizer = eng.add("optimizer", stage.compute, t_opt, deps, stage=s, kind="optimizer")
     stage.tail = stage.optimizer
@@ -160,6 +165,19 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         stage.tail = eng.add("param all-gather", link, t_ag, [(stage.optimizer, 1.0)],
                              stage=s, kind="dp_comm")
         stage.dp_tasks.append(stage.tail)
+
+
+def _dp_interference_s(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], plan: Plan,
+                       prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+    """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
+    per chunk the overlap is the shorter of its reduction and its last backward pass."""
+    if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
+        return 0.0
+    total = 0.0
+    for ch in chunks:
+        last_b = eng.tasks[_last_backward(stage, ch.chunk)].work_s
+        total += interference_s(min(dp_reduce_time_s(ch.params, plan, groups, prof), last_b), prof)
+    return total
 
 
 def _chunk_buckets(eng: Engine, stage: StageTasks, ch: ChunkWork, plan: Plan, prof: Profile,
