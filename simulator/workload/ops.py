@@ -77,6 +77,8 @@ def _gemm(name: str, m: int, n: int, k: int, sh: LayerShape, saved: float = 0.0,
     f = 2.0 * batch * m * n * k
     el = 1 if sh.dtype == "fp8" else sh.act_bytes
     moved = batch * el * (m * k + k * n + m * n)
+    if sh.dtype == "fp8":
+        saved *= 0.5          # Transformer Engine keeps the FP8 copy of a GEMM input for backward
     return Op(name, OpKind.GEMM, flops=f, model_flops=f, bytes_moved=moved, m=m, n=n, k=k,
               batch=batch, dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed)
 
