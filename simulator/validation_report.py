@@ -48,7 +48,8 @@ def markdown(outcomes: list[RowOutcome]) -> str:
     for o in outcomes:
         r, c = o.row, outcome_columns(o)
         degrees = "/".join(r.get(k, "") or "1" for k in ("tp", "pp", "dp", "cp", "ep"))
-        chosen = c["chosen"].split(";framework defaults")[0].replace("|", "/")
+        chosen = "; ".join(x for x in c["chosen"].split(";")
+                           if x and not x.startswith("framework defaults")).replace("|", "/")
         lines.append(f"| {r.get('id')} | {r.get('gpu')} | {r.get('n_gpus')} | {degrees} | "
                      f"{r.get('measured_step_time_s')} | {c['predicted_step_time_s']} | "
                      f"{c['error_pct']} | {c['status'][:40]} | {chosen} |")
