@@ -236,6 +236,9 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     h, ab = m.hidden, sh.act_bytes
     ops = [_gemm("router", T, moe.experts, h, sh, saved=T * h * ab)]
     routed = T * moe.top_k                       # token-expert pairs this rank sends
+    ops.append(_mem("moe_router_topk", T * moe.experts, T * moe.experts, sh, elem_bytes=4,
+                    kind="softmax"))             # fp32 softmax + top-k over the router logits
+    ops.append(_mem("moe_permute", T * h, routed * h, sh, kind="copy"))
     if sh.ep > 1:
         ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", routed * h * ab))
     local_experts = moe.experts // sh.ep
