@@ -87,6 +87,9 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
         if t.meta.get("kind") == "interference":
             parts["interference"] += t.work_s
             continue
+        if t.meta.get("kind") == "pp_send":
+            parts["pp"] += t.work_s
+            continue
         u = by_tid[t.tid]
         pc = stages[crit][u.chunk].fwd if u.fwd else stages[crit][u.chunk].bwd
         parts["compute"] += pc.compute_s

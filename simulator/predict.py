@@ -41,6 +41,7 @@ class FrameworkDefaults:
     sp_with_tp: bool | None          # None: not fixed by the framework; choose best feasible
     why: str
     pp_scatter_gather: bool = True
+    pp_blocking_p2p: bool = True
 
 
 FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
@@ -58,11 +59,13 @@ FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
     "megatron-core": FrameworkDefaults(
         "flash3", True, True, True,
         "Megatron-Core 2024 README: Transformer Engine (cuDNN fused) attention, --overlap-grad-reduce, "
-        "--overlap-param-gather, --tp-comm-overlap, sequence parallel with TP"),
+        "--overlap-param-gather, --tp-comm-overlap, PP send/recv overlap, sequence parallel with TP",
+        pp_blocking_p2p=False),
     "nemo": FrameworkDefaults(
         "flash3", True, True, True,
         "NeMo 24.07 (Megatron-Core + TE): cuDNN fused attention, distributed optimizer with overlap, "
-        "TP comm overlap, sequence parallel when TP > 1"),
+        "TP comm overlap, overlapped pipeline p2p, sequence parallel when TP > 1",
+        pp_blocking_p2p=False),
     "llm-foundry-fsdp": FrameworkDefaults(
         "flash", True, False, False,
         "llm-foundry (2023): triton / FlashAttention-2-class attention, FSDP (ZeRO-3) "
@@ -159,7 +162,7 @@ def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
                 precision=(row.get("precision") or "bf16").strip(),
                 schedule="interleaved" if vpp > 1 else "1f1b",
                 attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
-                pp_scatter_gather=fw.pp_scatter_gather)
+                pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p)
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan, fw: FrameworkDefaults,

@@ -79,6 +79,15 @@ def upstream(unit: Unit, stage: int, pp: int, vpp: int) -> tuple[int, Unit] | No
     return stage, Unit(True, unit.mb, vpp - 1)      # loss -> backward on the last stage
 
 
+def sends_downstream(unit: Unit, stage: int, pp: int, vpp: int) -> bool:
+    """Whether this unit's output goes to another stage (a pipeline send)."""
+    if pp == 1:
+        return False
+    if unit.fwd:
+        return stage < pp - 1 or unit.chunk < vpp - 1
+    return stage > 0 or unit.chunk > 0
+
+
 def in_flight_microbatches(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> float:
     """Peak number of micro-batches whose activations a stage holds, in units of its full
     layer set (interleaved chunks count 1/vpp each)."""

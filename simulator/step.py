@@ -14,7 +14,7 @@ from .engine import Engine
 from .hardware import ClusterSpec
 from .layer_time import group_collective_s, interference_s
 from .profile import Profile
-from .schedule import Unit, stage_order, upstream
+from .schedule import Unit, sends_downstream, stage_order, upstream
 from .stage_work import ChunkWork
 from .strategy import Plan
 from .topology import GroupPlacement, stage_boundary_link
@@ -29,6 +29,7 @@ grad-norm read (4 B) and grad zeroing (4 B)."""
 @dataclass
 class StageTasks:
     units: dict[Unit, int]
+    sends: dict[Unit, int]       # blocking pipeline sends on the compute stream, by producer
     compute: str
     last_unit: int
     optimizer: int
@@ -75,18 +76,24 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
                 plan: Plan, cluster: ClusterSpec, prof: Profile,
                 groups: dict[str, GroupPlacement]) -> list[StageTasks]:
     m = plan.num_microbatches
-    out = [_compute_tasks(eng, s, stages[s], plan, m) for s in range(plan.pp)]
-    _pipeline_sends(eng, out, pipeline_send_time_s(model, plan, cluster, prof, groups), plan)
+    t_send = pipeline_send_time_s(model, plan, cluster, prof, groups)
+    out = [_compute_tasks(eng, s, stages[s], plan, m, t_send) for s in range(plan.pp)]
+    _pipeline_sends(eng, out, t_send, plan)
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
 
 
-def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int) -> StageTasks:
+def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
+                   t_send: float) -> StageTasks:
+    """The stage's passes in schedule order; with ``pp_blocking_p2p`` each pass that feeds
+    another stage is followed by its send on the same stream (Megatron's and DeepSpeed's
+    synchronous p2p: the sender waits for the hand-off to complete)."""
     comp = f"stage{s}.compute"
     eng.stream(comp)
     eng.link(f"stage{s}.link")
     units: dict[Unit, int] = {}
+    sends: dict[Unit, int] = {}
     tid = -1
     for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
         ch = chunks[u.chunk]
@@ -95,7 +102,11 @@ def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
         tid = eng.add(name, comp, pc.total_s, stage=s, kind="fwd" if u.fwd else "bwd",
                       mb=u.mb, chunk=u.chunk)
         units[u] = tid
-    return StageTasks(units, comp, tid, -1, [], tid)
+        if plan.pp_blocking_p2p and sends_downstream(u, s, plan.pp, plan.vpp):
+            tid = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk}", comp,
+                          t_send, stage=s, kind="pp_send")
+            sends[u] = tid
+    return StageTasks(units, sends, comp, tid, -1, [], tid)
 
 
 def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
@@ -120,6 +131,8 @@ def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpe
 
 
 def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan) -> None:
+    """Wire each pass to the pass it consumes: through the producer's blocking send on its
+    stream, or through an overlapped send on the producer's link."""
     for s, stage in enumerate(st):
         for u, tid in stage.units.items():
             up = upstream(u, s, plan.pp, plan.vpp)
@@ -129,11 +142,13 @@ def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan
             src = st[src_stage].units[src_unit]
             if src_stage == s:
                 eng.depend(tid, src)
-                continue
-            x = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk} {src_stage}->{s}",
-                        f"stage{src_stage}.link", t_send, [(src, 1.0)], stage=src_stage,
-                        kind="pp_send")
-            eng.depend(tid, x)
+            elif src_unit in st[src_stage].sends:
+                eng.depend(tid, st[src_stage].sends[src_unit])
+            else:
+                x = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk} "
+                            f"{src_stage}->{s}", f"stage{src_stage}.link", t_send,
+                            [(src, 1.0)], stage=src_stage, kind="pp_send")
+                eng.depend(tid, x)
 
 
 def _last_backward(stage: StageTasks, chunk: int) -> int:

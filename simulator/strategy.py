@@ -55,6 +55,7 @@ class Plan:
     tp_overlap: bool = False
     dp_bucket_bytes: int = 40_000_000
     pp_scatter_gather: bool = True        # Megatron: each TP rank sends 1/tp of a pipeline hand-off
+    pp_blocking_p2p: bool = True          # pipeline sends hold the sender's stream (no p2p overlap)
 
     def __post_init__(self) -> None:
         for name, enum in (("recompute", Recompute), ("precision", Dtype),
