@@ -123,13 +123,42 @@ class LinkUse:
     latency_us: float                 # datasheet one-hop latency
 
 
+class Algorithm(str, Enum):
+    AUTO = "auto"        # the fastest of those the fabric offers, as NCCL's tuner picks
+    RING = "ring"
+    TREE = "tree"        # double binary tree (all-reduce only)
+    IN_SWITCH = "nvls"   # reduction inside the switch (NVLink SHARP), all-reduce only
+
+
+def tree_steps_and_traffic(n: int, size_bytes: float) -> tuple[int, float]:
+    """Double-binary-tree all-reduce: reduce up and broadcast down, ``2*ceil(log2 n)``
+    sequential steps; each rank sends its buffer once up and once down (2 x size)."""
+    if n <= 1:
+        return 0, 0.0
+    return 2 * math.ceil(math.log2(n)), 2.0 * size_bytes
+
+
 def collective_time_s(op: Collective, n: int, size_bytes: float, link: LinkUse,
-                      prof: Profile, in_switch: bool = False) -> float:
-    """Ring (or NVLS in-switch) collective time over ``n`` ranks on the given bottleneck."""
-    steps, wire = ring_steps_and_traffic(op, n, size_bytes)
+                      prof: Profile, in_switch: bool = False,
+                      algorithm: Algorithm = Algorithm.AUTO) -> float:
+    """Collective time over ``n`` ranks on the given bottleneck link.
+
+    Ring for every collective; for all-reduce also the double binary tree (fewer steps,
+    wins on small messages) and, where the fabric reduces in the switch (``in_switch``),
+    NVLS. ``Algorithm.AUTO`` takes the fastest available.
+    """
     c = prof.link(link.kind)
-    scale = 1.0
-    if in_switch and op == Collective.ALL_REDUCE and c.in_switch_speedup is not None:
-        scale = c.in_switch_speedup.value
-    return alpha_beta_time_s(steps, wire, link.bandwidth_gbytes_per_s * 1e9,
-                             link.latency_us * 1e-6, c, scale)
+    bw, lat = link.bandwidth_gbytes_per_s * 1e9, link.latency_us * 1e-6
+    steps, wire = ring_steps_and_traffic(op, n, size_bytes)
+    ring = alpha_beta_time_s(steps, wire, bw, lat, c)
+    if op != Collective.ALL_REDUCE or algorithm == Algorithm.RING:
+        return ring
+    options = {Algorithm.RING: ring}
+    t_steps, t_wire = tree_steps_and_traffic(n, size_bytes)
+    options[Algorithm.TREE] = alpha_beta_time_s(t_steps, t_wire, bw, lat, c)
+    if in_switch and c.in_switch_speedup is not None:
+        options[Algorithm.IN_SWITCH] = alpha_beta_time_s(steps, wire, bw, lat, c,
+                                                         c.in_switch_speedup.value)
+    if algorithm != Algorithm.AUTO:
+        return options.get(algorithm, ring)
+    return min(options.values())
