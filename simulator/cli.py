@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"complexity {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                      # output piped into `head` etc.
+        sys.stderr.close()
+        return 0
     except (OSError, ValueError) as exc:
         print(f"complexity {args.command}: error: {exc}", file=sys.stderr)
         return 2

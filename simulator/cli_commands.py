@@ -21,11 +21,13 @@ from .workload import resolve_model
 # ---- hardware (the CLI is the one simulator module allowed to load hardware_db) -----------
 def make_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
                  nics_per_node: int | None = None, nic_gbps: float | None = None,
-                 nic_kind: str | None = None, scale_up: str | None = None) -> ClusterSpec:
+                 nic_kind: str | None = None, scale_up: str | None = None,
+                 node: str | None = None, oversubscription: float = 1.0) -> ClusterSpec:
     import hardware_db
     return hardware_db.build_cluster(gpu, n_gpus, gpus_per_node=gpus_per_node,
                                      nics_per_node=nics_per_node, nic_gbits_per_s=nic_gbps,
-                                     nic_kind=nic_kind, scale_up=scale_up)
+                                     nic_kind=nic_kind, scale_up=scale_up, node=node,
+                                     oversubscription=oversubscription)
 
 
 def load_profile_for(gpu_key: str, path: str | None) -> Profile:
@@ -57,6 +59,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic-gbps", type=float, help="NIC line rate in Gb/s (e.g. 400)")
     p.add_argument("--nic-kind", help="infiniband, roce, omnipath, ethernet")
     p.add_argument("--scale-up", help="intra-node link key, e.g. nvlink4, nvlink5-nvl72")
+    p.add_argument("--node", help="node preset, e.g. dgx-h100, gb200-nvl72 (see `complexity list nodes`)")
+    p.add_argument("--oversubscription", type=float, default=1.0,
+                   help="fat-tree spine oversubscription (1 = full bisection)")
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         p.add_argument(f"--{k}", type=int, default=None if k == "dp" else 1)
     p.add_argument("--micro-batch", type=int, default=1)
@@ -67,7 +72,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero-stage", type=int, default=0)
     p.add_argument("--precision", default="bf16", help="fp32, fp16, bf16, fp8")
     p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved")
-    p.add_argument("--attention", default="flash", help="flash or materialized")
+    p.add_argument("--attention", default="flash",
+                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized")
     p.add_argument("--no-dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")
     p.add_argument("--bucket-mb", type=float, default=40.0, help="DP bucket size in MB")
@@ -96,7 +102,7 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
 def run_simulate(a: argparse.Namespace) -> int:
     model = resolve_model(a.model, a.seq_len)
     cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
-                           a.nic_kind, a.scale_up)
+                           a.nic_kind, a.scale_up, a.node, a.oversubscription)
     prof = load_profile_for(cluster.gpu.key, a.profile)
     plan = plan_from_args(a, cluster.n_gpus)
     res = simulate(model, plan, cluster, prof, engine=a.engine, keep_timeline=bool(a.trace))
