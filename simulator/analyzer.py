@@ -92,14 +92,14 @@ class ModelAnalysis:
 def model_flops_per_token(model: TransformerSpec) -> float:
     """Forward + backward model FLOPs per token of the whole model (no parallelism)."""
     sh = LayerShape(micro_batch=1, seq_len=model.seq_len)
+    per_kind: dict[bool, float] = {}
     total = 0.0
     for layer in range(model.n_layers):
-        if layer > 0 and model.is_moe_layer(layer) == model.is_moe_layer(layer - 1):
-            total += last
-            continue
-        fwd = layer_ops(model, sh, layer)
-        last = sum(o.model_flops for o in fwd + backward_ops(fwd))
-        total += last
+        kind = model.is_moe_layer(layer)
+        if kind not in per_kind:
+            fwd = layer_ops(model, sh, layer)
+            per_kind[kind] = sum(o.model_flops for o in fwd + backward_ops(fwd))
+        total += per_kind[kind]
     edge = embedding_ops(model, sh) + head_ops(model, sh)
     total += sum(o.model_flops for o in edge + backward_ops(edge))
     return total / model.seq_len

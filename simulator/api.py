@@ -14,7 +14,8 @@ from .profile import Profile
 from .result import Breakdown, Result, StageReport
 from .schedule import in_flight_microbatches
 from .stage_work import ChunkWork, build_chunks, place_groups
-from .step import StageTasks, build_tasks, optimizer_time_s, dp_reduce_time_s
+from .step import (StageTasks, bucket_times_s, build_tasks, chunk_params, optimizer_time_s,
+                   param_gather_time_s)
 from .strategy import Plan, validate
 from .errors import InvalidInputError
 from .workload.spec import TransformerSpec
@@ -122,10 +123,12 @@ def _analytic_step(stages, plan, cluster, prof, groups):
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
     t = per_mb[crit]
     pipe = m * t + (plan.pp - 1) / plan.vpp * t if plan.pp > 1 else m * t
-    params = sum(c.params for c in stages[crit])
-    dp = dp_reduce_time_s(params, plan, groups, prof) if plan.zero_stage < 3 else 0.0
+    dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
+        if plan.zero_stage < 3 else 0.0
     last_bwd = sum(c.bwd.total_s for c in stages[crit])
     dp_exposed = max(0.0, dp - last_bwd) if plan.dp_overlap else dp
+    if plan.zero_stage in (1, 2) and not plan.dp_overlap:
+        dp_exposed += param_gather_time_s(*chunk_params(stages[crit]), plan, groups, prof)
     opt = optimizer_time_s(stages[crit], plan, cluster, prof)
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
              "bubble": pipe - m * t, "optimizer": opt, "interference": 0.0}

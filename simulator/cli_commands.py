@@ -76,7 +76,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                    help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized")
     p.add_argument("--no-dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")
-    p.add_argument("--bucket-mb", type=float, default=40.0, help="DP bucket size in MB")
+    p.add_argument("--bucket-mb", type=float, default=0.0,
+                   help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
     p.add_argument("--engine", default="event", help="event or analytic")
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")

@@ -142,8 +142,9 @@ def format_bottleneck(rep, plan: Plan, model: TransformerSpec, cluster: ClusterS
              "exposed per step:"]
     for k, v in list(rep.exposed_comm_s.items()) + [("bubble", rep.bubble_s),
                                                     ("optimizer", rep.optimizer_s),
+                                                    ("interference", rep.interference_s),
                                                     ("overhead", rep.overhead_s)]:
-        lines.append(f"  {k:10s} {v:9.3f} s {100 * v / s:5.1f} %")
+        lines.append(f"  {k:12s} {v:9.3f} s {100 * v / s:5.1f} %")
     lines += ["", f"{'op':24s} {'phase':9s} {'where':11s} {'GFLOP':>9} {'MB':>9} {'FLOP/B':>8} "
               f"{'ms':>8}  class"]
     for o in rep.ops:

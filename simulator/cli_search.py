@@ -11,7 +11,6 @@ import math
 import re
 import sys
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 
 from .cli import command
@@ -19,7 +18,7 @@ from .cli_commands import load_profile_for, make_cluster, plan_from_args
 from .cli_format import (format_compare, format_plan_answer, format_scaling, format_search,
                          format_sensitivity, format_bottleneck)
 from .errors import InfeasiblePlanError, InvalidInputError
-from .hardware import ClusterSpec, Dtype
+from .hardware import ClusterSpec
 from .launch_args import launch_args
 from .planning import (DEFAULT_PUE, HardwareChoice, compare, gpus_for_deadline, time_on,
                        window_plan)
@@ -135,7 +134,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--objective", default="throughput", choices=[o.value for o in Objective])
     g.add_argument("--top", type=int, default=10, help="plans to list")
     g.add_argument("--event-top", type=int, default=10,
-                   help="best analytic candidates re-simulated on the event engine")
+                   help="best analytic candidates re-simulated on the event engine (per round)")
+    g.add_argument("--event-max", type=int, default=40,
+                   help="cap on event simulations while analytic bounds could still win")
     g.add_argument("--micro-batches", default="1,2,4,8")
     g.add_argument("--zero-stages", default="0,1,3")
     g.add_argument("--recomputes", default="none,selective,full")
@@ -164,6 +165,7 @@ def search_options(a: argparse.Namespace, price: float | None = None,
         prune_dominated=not a.keep_dominated)
     progress = sys.stderr.isatty() if a.progress is None else a.progress
     return SearchOptions(space=space, objective=a.objective, top_k=a.top, event_top=a.event_top,
+                         event_max=max(a.event_top, a.event_max),
                          workers=a.workers, executor=a.executor, address=a.address,
                          results_dir=a.results, progress=progress,
                          price_usd_per_gpu_hour=price, tokens=tokens)
@@ -186,6 +188,7 @@ def _json_default(o):
 def _maybe_plot(path: str | None, fn, *args, **kw) -> None:
     if path:
         out = fn(*args, path=path, **kw)
+        sys.stdout.flush()
         print(f"plot written to {out}", file=sys.stderr)
 
 
@@ -227,13 +230,13 @@ def run_search(a: argparse.Namespace) -> int:
     if w is not None:
         la = launch_args(model, w.plan, w.n_gpus, cat.cluster(HardwareChoice(a.gpu, w.n_gpus)).node.gpus_per_node)
         out["launch"] = la.to_dict()
-    if a.plot:
-        from .plots import plot_search
-        _maybe_plot(a.plot, plot_search, report.records, winner=w.to_dict() if w else None)
     if a.json:
         _emit_json(out)
     else:
         print(format_search(report, model, out.get("launch")))
+    if a.plot:
+        from .plots import plot_search
+        _maybe_plot(a.plot, plot_search, report.records, winner=w.to_dict() if w else None)
     if w is None:
         if a.json:
             return 1
@@ -278,13 +281,13 @@ def run_plan(a: argparse.Namespace) -> int:
     opts = search_options(a, price, tokens)
     cat = _catalog(a, a.nic_gbps)
     answer = _plan_answers(a, model, tokens, price, opts, cat)
-    if a.plot:
-        from .plots import plot_plan
-        _maybe_plot(a.plot, plot_plan, *_plan_plot_args(answer))
     if a.json:
         _emit_json({k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in answer.items()})
     else:
         print(format_plan_answer(answer, model))
+    if a.plot:
+        from .plots import plot_plan
+        _maybe_plot(a.plot, plot_plan, *_plan_plot_args(answer))
     return 0
 
 
@@ -300,7 +303,8 @@ def _plan_answers(a, model, tokens, price, opts, cat) -> dict[str, Any]:
             model, tokens, a.deadline_days * 86400.0, a.gpu, gb, cat, opts,
             cat.gpus_per_node(a.gpu), a.max_gpus, price, a.pue)
     if a.window_min is not None:
-        ladder = batches or [2 ** k for k in range(14)]
+        ladder = batches or [b for b in (2 ** k for k in range(20))
+                             if max(1, a.gpus // 8) <= b <= 8 * a.gpus]
         answer["window"] = window_plan(model, a.window_min * 60.0, HardwareChoice(a.gpu, a.gpus),
                                        ladder, cat, opts)
     return answer
@@ -313,10 +317,11 @@ def _plan_plot_args(answer: dict[str, Any]) -> tuple:
     best = (est.plan if est else None) or (dl.estimate.plan if dl and dl.estimate else None) \
         or (win.best if win else None)
     bd = dict(best.breakdown) if best else {}
-    title = f"{answer['model']}: step of the best plan"
+    title = f"{answer['model']}: step on {best.n_gpus} GPUs" if best else answer["model"]
     if dl is not None:
         curve = [(n, d) for n, d in dl.tried if d is not None]
-        return bd, title, curve, ("GPUs", "days", "time to train vs GPUs"), dl.deadline_s / 86400
+        return bd, title, curve, ("GPUs", "days", "time to train vs GPUs (dashed: deadline)"), \
+            dl.deadline_s / 86400, True
     if win is not None:
         return bd, title, list(win.by_batch), ("global batch", "tokens in window", "short window"), None
     return bd, title
@@ -357,14 +362,14 @@ def run_compare(a: argparse.Namespace) -> int:
         cat.cluster(ch)                      # bad GPU keys / counts fail here, in one line
     rows = compare(model, tokens, choices, a.global_batch, cat, search_options(a, None, tokens),
                    prices, a.pue)
-    if a.plot:
-        from .plots import plot_comparison
-        _maybe_plot(a.plot, plot_comparison, rows)
     if a.json:
         _emit_json({"model": model.name, "tokens": tokens, "pue": a.pue,
                     "rows": [r.to_dict() for r in rows]})
     else:
         print(format_compare(rows, model, tokens, a.pue))
+    if a.plot:
+        from .plots import plot_comparison
+        _maybe_plot(a.plot, plot_comparison, rows)
     return 0
 
 
@@ -393,13 +398,13 @@ def run_scaling(a: argparse.Namespace) -> int:
     cat.cluster(HardwareChoice(a.gpu, counts[0]))
     opts = search_options(a)
     curves = [scaling_curve(model, a.gpu, counts, a.global_batch, k, cat, opts) for k in kinds]
-    if a.plot:
-        from .plots import plot_scaling
-        _maybe_plot(a.plot, plot_scaling, curves)
     if a.json:
         _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves]})
     else:
         print(format_scaling(curves, model))
+    if a.plot:
+        from .plots import plot_scaling
+        _maybe_plot(a.plot, plot_scaling, curves)
     return 0
 
 
@@ -485,12 +490,12 @@ def run_bottleneck(a: argparse.Namespace) -> int:
     plan = _resolve_plan(a, model, cluster, prof)
     from .api import simulate
     rep = bottleneck_report(model, plan, cluster, prof, simulate(model, plan, cluster, prof, engine=a.engine))
-    if a.plot:
-        from .plots import plot_roofline
-        _maybe_plot(a.plot, plot_roofline, rep.ops, cluster.gpu.peak(plan.precision),
-                    cluster.gpu.mem_bw_gbytes_per_s, title=f"{model.name} on {cluster.gpu.key}")
     if a.json:
         _emit_json({"model": model.name, "plan": plan.__dict__, **rep.to_dict()})
     else:
         print(format_bottleneck(rep, plan, model, cluster))
+    if a.plot:
+        from .plots import plot_roofline
+        _maybe_plot(a.plot, plot_roofline, rep.ops, cluster.gpu.peak(plan.precision),
+                    cluster.gpu.mem_bw_gbytes_per_s, title=f"{model.name} on {cluster.gpu.key}")
     return 0

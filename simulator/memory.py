@@ -62,5 +62,5 @@ def workspace_bytes(plan: Plan, largest_tensor_bytes: float) -> float:
     """Transient buffers: two copies of the largest activation tensor (an op's output and
     its gradient alive together in backward) plus two communication buckets. An estimate,
     stated as such in reports."""
-    buckets = 2 * plan.dp_bucket_bytes if plan.dp > 1 else 0
+    buckets = 2 * 4 * plan.bucket_params() if plan.dp > 1 else 0
     return 2 * largest_tensor_bytes + buckets

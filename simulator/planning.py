@@ -71,6 +71,7 @@ class LimitingResource(str, Enum):
     SCALE_UP = "scale-up-fabric"
     SCALE_OUT = "scale-out-network"
     PIPELINE_BUBBLE = "pipeline-bubble"
+    INTERFERENCE = "comm-compute-interference"
     OVERHEAD = "fixed-overhead"
 
 
@@ -92,6 +93,7 @@ def limiting_resource(best: RankedPlan, cluster: ClusterSpec,
     return {Bottleneck.COMPUTE: LimitingResource.COMPUTE,
             Bottleneck.BUBBLE: LimitingResource.PIPELINE_BUBBLE,
             Bottleneck.OPTIMIZER: LimitingResource.HBM_BANDWIDTH,
+            Bottleneck.INTERFERENCE: LimitingResource.INTERFERENCE,
             Bottleneck.OVERHEAD: LimitingResource.OVERHEAD}[b]
 
 
@@ -208,42 +210,61 @@ def gpus_for_deadline(model: TransformerSpec, tokens: float, deadline_s: float, 
                       global_batch: int, catalog: HardwareCatalog, options: SearchOptions,
                       gpus_per_node: int, max_gpus: int = 65536, price: float | None = None,
                       pue: float = DEFAULT_PUE) -> DeadlineAnswer:
-    """Smallest whole-node GPU count whose best plan finishes by the deadline: doubling
-    from one node, then bisection (in nodes) between the last miss and the first hit."""
+    """Smallest GPU count on the ladder ``gpus_per_node * 2^k`` (plus the 1.5x point below
+    the first hit) whose best plan finishes by the deadline.
+
+    Few searches: from the first count where a plan fits, jump to the count that linear
+    scaling says is needed, then step down while the deadline still holds or up until it
+    does. With a fixed global batch, throughput need not grow with the count (more GPUs
+    force more model parallelism), so this is the smallest count *found*, not a proof."""
     _check_positive("deadline", deadline_s)
+    ladder = []
+    n = gpus_per_node
+    while n <= max_gpus:
+        ladder.append(n)
+        n *= 2
+    quick = replace(options, top_k=1, event_top=min(options.event_top, 2) or 0,
+                    event_max=min(options.event_max, 8))
     tried: dict[int, RankedPlan | None] = {}
 
     def days(n: int) -> float | None:
         if n not in tried:
-            tried[n] = _best_or_none(model, HardwareChoice(gpu, n), global_batch, catalog, options)
+            tried[n] = _best_or_none(model, HardwareChoice(gpu, n), global_batch, catalog, quick)
         b = tried[n]
         return None if b is None else tokens / b.tokens_per_s / SECONDS_PER_DAY
 
-    lo, hi, n = 0, None, gpus_per_node
-    while n <= max_gpus:
-        d = days(n)
-        if d is not None and d * SECONDS_PER_DAY <= deadline_s:
-            hi = n
-            break
-        lo, n = n, n * 2
-    if hi is not None:
-        hi = _bisect_nodes(lo, hi, gpus_per_node, days, deadline_s)
-    est = estimate_for(tried[hi], tokens, price, pue) if hi is not None else None
-    hist = tuple((k, days(k)) for k in sorted(tried))
-    return DeadlineAnswer(deadline_s, est, hist)
+    def meets(i: int) -> bool:
+        d = days(ladder[i])
+        return d is not None and d * SECONDS_PER_DAY <= deadline_s
+
+    hit = _ladder_search(ladder, days, meets, deadline_s)
+    est = None
+    if hit is not None:
+        n = hit
+        mid = (3 * hit // 4) // gpus_per_node * gpus_per_node
+        if mid > gpus_per_node and mid not in ladder:
+            d = days(mid)
+            if d is not None and d * SECONDS_PER_DAY <= deadline_s:
+                n = mid
+        est = estimate_for(tried[n], tokens, price, pue)
+    return DeadlineAnswer(deadline_s, est, tuple((k, days(k)) for k in sorted(tried)))
 
 
-def _bisect_nodes(lo: int, hi: int, gpn: int, days, deadline_s: float, steps: int = 5) -> int:
-    for _ in range(steps):
-        mid = ((lo + hi) // 2 // gpn) * gpn
-        if mid <= lo or mid >= hi:
-            break
-        d = days(mid)
-        if d is not None and d * SECONDS_PER_DAY <= deadline_s:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def _ladder_search(ladder: list[int], days, meets, deadline_s: float) -> int | None:
+    first = next((i for i in range(len(ladder)) if days(ladder[i]) is not None), None)
+    if first is None:
+        return None
+    need = days(ladder[first]) * SECONDS_PER_DAY / deadline_s
+    i = min(len(ladder) - 1, first + max(0, math.ceil(math.log2(need))) if need > 1 else first)
+    if meets(i):
+        while i > first and meets(i - 1):
+            i -= 1
+        return ladder[i]
+    while i + 1 < len(ladder):
+        i += 1
+        if meets(i):
+            return ladder[i]
+    return None
 
 
 @dataclass(frozen=True)
@@ -270,7 +291,9 @@ def window_plan(model: TransformerSpec, window_s: float, choice: HardwareChoice,
     best: tuple[int, int, RankedPlan] | None = None
     rows = []
     for gb in batches:
-        w = _best_or_none(model, choice, gb, catalog, replace(options, event_top=min(options.event_top, 3)))
+        quick = replace(options, top_k=1, event_top=min(options.event_top, 2),
+                        event_max=min(options.event_max, 4))
+        w = _best_or_none(model, choice, gb, catalog, quick)
         if w is None:
             continue
         steps = int(window_s // w.step_time_s)

@@ -43,9 +43,7 @@ def plot_scaling(curves: Sequence[Any], path: str | Path) -> Path:
         ax1.plot(xs, [p.tokens_per_s for p in pts], "o-", label=label)
         if pts:
             x0, y0 = pts[0].n_gpus, pts[0].tokens_per_s
-            ideal = [y0 * x / x0 * (p.global_batch / pts[0].global_batch if c.kind.value == "weak" else 1)
-                     for x, p in zip(xs, pts)]
-            ax1.plot(xs, ideal, ":", color="gray")
+            ax1.plot(xs, [y0 * x / x0 for x in xs], ":", color="gray")
         ax2.plot(xs, [100 * p.efficiency for p in pts], "o-", label=label)
     ax1.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="tokens/s",
             title="throughput (dotted: ideal)")
@@ -54,7 +52,11 @@ def plot_scaling(curves: Sequence[Any], path: str | Path) -> Path:
     ax2.axhspan(0, 70, color="#f6d6d6")
     ax2.set(xscale="log", ylim=(0, 105), xlabel="GPUs", ylabel="efficiency %",
             title="scaling efficiency (good / acceptable / poor)")
+    from matplotlib.ticker import NullFormatter
+    ticks = sorted({p.n_gpus for c in curves for p in c.points})
     for ax in (ax1, ax2):
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
@@ -69,6 +71,8 @@ def plot_roofline(ops: Sequence[Any], peak_tflops: float, mem_bw_gbytes_per_s: f
     xs = [0.01, ridge, max(ridge * 100, 1e4)]
     ax.plot(xs, [min(peak_tflops, x * mem_bw_gbytes_per_s / 1e3) for x in xs], "k-", lw=1.5)
     colors = {"compute-bound": "tab:blue", "memory-bound": "tab:orange"}
+    for name, col in colors.items():
+        ax.scatter([], [], color=col, s=18, label=name)
     for o in ops:
         if o.roofline.value not in colors or o.time_s <= 0 or o.bytes_moved <= 0:
             continue
@@ -79,6 +83,7 @@ def plot_roofline(ops: Sequence[Any], peak_tflops: float, mem_bw_gbytes_per_s: f
         if o.phase == "forward":
             ax.annotate(o.name, (x, y), fontsize=6, alpha=0.8)
     ax.axvline(ridge, color="gray", ls=":")
+    ax.legend(fontsize=8, title="ops with no FLOPs sit at the left edge", title_fontsize=7)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)",
            ylabel="achieved TFLOP/s", title=f"{title} (ridge {ridge:.0f} FLOP/B)")
     ax.grid(True, which="both", alpha=0.3)
@@ -103,8 +108,9 @@ def plot_search(records: Sequence[Mapping[str, Any]], path: str | Path,
     if winner:
         ax.scatter([winner["peak_memory_gb"]], [winner["tokens_per_s_per_gpu"]], marker="*",
                    s=250, color="red", label="winner")
+    ax.title.set_fontsize(10)
     ax.set(xlabel="peak memory per GPU (GB)", ylabel="tokens/s per GPU",
-           title=f"search space ({len(ok)} feasible plans)")
+           title=f"search space: {len(ok)} feasible plans (analytic); star: event-confirmed winner")
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
     return _save(fig, path)
@@ -130,7 +136,7 @@ def plot_comparison(rows: Sequence[Any], path: str | Path) -> Path:
 
 def plot_plan(breakdown: Mapping[str, float], title: str,
               curve: Sequence[tuple[float, float]] = (), curve_labels: tuple[str, str, str] = ("", "", ""),
-              hline: float | None = None, path: str | Path = "plan.png") -> Path:
+              hline: float | None = None, log: bool = False, path: str | Path = "plan.png") -> Path:
     """Step-time breakdown of a plan, and optionally one curve (e.g. days vs GPUs)."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2 if curve else 1, figsize=(11 if curve else 6, 4))
@@ -145,5 +151,7 @@ def plot_plan(breakdown: Mapping[str, float], title: str,
         if hline is not None:
             ax2.axhline(hline, color="red", ls="--")
         ax2.set(xlabel=curve_labels[0], ylabel=curve_labels[1], title=curve_labels[2])
-        ax2.grid(True, alpha=0.3)
+        if log:
+            ax2.set(xscale="log", yscale="log")
+        ax2.grid(True, which="both", alpha=0.3)
     return _save(fig, path)

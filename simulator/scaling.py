@@ -74,8 +74,9 @@ class ScalingCurve:
         return None if f is None else (math.inf if f <= 0 else 1.0 / f)
 
     def to_dict(self) -> dict[str, Any]:
+        ms = self.max_speedup
         return {"kind": self.kind.value, "gpu": self.gpu, "serial_fraction": self.serial_fraction,
-                "amdahl_max_speedup": self.max_speedup,
+                "amdahl_max_speedup": ms if ms is not None and math.isfinite(ms) else None,
                 "points": [p.to_dict() for p in self.points]}
 
 

@@ -6,6 +6,7 @@ cross-stage dependencies and the idle time falls out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .strategy import Schedule
 
@@ -88,6 +89,7 @@ def sends_downstream(unit: Unit, stage: int, pp: int, vpp: int) -> bool:
     return stage > 0 or unit.chunk > 0
 
 
+@lru_cache(maxsize=65536)
 def in_flight_microbatches(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> float:
     """Peak number of micro-batches whose activations a stage holds, in units of its full
     layer set (interleaved chunks count 1/vpp each)."""

@@ -11,14 +11,15 @@ were rejected and why. Stages:
    then dominance: where a cheaper recompute mode of the same plan fits, the dearer ones
    are dropped (recompute only adds work in this simulator);
 3. ``simulate(engine="analytic")`` on every survivor (process pool or Ray);
-4. ``simulate(engine="event")`` on the ``event_top`` best, which are re-ranked.
+4. ``simulate(engine="event")`` on the ``event_top`` best, and on further rounds while an
+   unconfirmed candidate's analytic score could still beat the best confirmed one (up to
+   ``event_max``); confirmed plans are ranked by their event-engine numbers.
 
 With ``results_dir`` every evaluated candidate streams to a Parquet dataset and a
 restarted search reuses the rows already there.
 """
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -55,13 +56,15 @@ class Bottleneck(str, Enum):
     PP_COMM = "pipeline-communication"
     BUBBLE = "pipeline-bubble"
     OPTIMIZER = "optimizer"
+    INTERFERENCE = "comm-compute-interference"
     OVERHEAD = "fixed-overhead"
 
 
 _LOSS_KIND = {"tp_comm_s": Bottleneck.TP_COMM, "cp_comm_s": Bottleneck.CP_COMM,
               "ep_comm_s": Bottleneck.EP_COMM, "dp_comm_s": Bottleneck.DP_COMM,
               "pp_comm_s": Bottleneck.PP_COMM, "bubble_s": Bottleneck.BUBBLE,
-              "optimizer_s": Bottleneck.OPTIMIZER, "overhead_s": Bottleneck.OVERHEAD}
+              "optimizer_s": Bottleneck.OPTIMIZER, "interference_s": Bottleneck.INTERFERENCE,
+              "overhead_s": Bottleneck.OVERHEAD}
 
 
 def main_bottleneck(breakdown: Mapping[str, float], compute_share: float = 0.85) -> Bottleneck:
@@ -70,8 +73,9 @@ def main_bottleneck(breakdown: Mapping[str, float], compute_share: float = 0.85)
     total = sum(max(0.0, v) for v in breakdown.values()) or 1.0
     if breakdown.get("compute_s", 0.0) / total >= compute_share:
         return Bottleneck.COMPUTE
-    key = max(_LOSS_KIND, key=lambda k: (breakdown.get(k, 0.0), k))
-    return _LOSS_KIND[key]
+    losses = [k for k in breakdown if k != "compute_s"]
+    key = max(losses, key=lambda k: (breakdown.get(k, 0.0), k))
+    return _LOSS_KIND.get(key, Bottleneck.OVERHEAD)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class SearchOptions:
     objective: Objective = Objective.THROUGHPUT
     top_k: int = 10
     event_top: int = 10
+    event_max: int = 40
+    event_tolerance: float = 0.01
     workers: int | None = None
     executor: ExecutorKind = ExecutorKind.LOCAL
     address: str | None = None
@@ -385,12 +391,27 @@ def _score_ok(evaluated, contexts, options, rejected: Counter) -> list[tuple[flo
 
 
 def _confirm(run: _Run, scored, contexts, options, rejected: Counter):
-    """Event-simulate the ``event_top`` best analytic candidates."""
-    best = _top(scored, options.event_top)
-    if not best:
+    """Event-simulate the best analytic candidates: at least ``event_top``, then more in
+    rounds of ``event_top`` while an unconfirmed candidate's analytic score could still
+    beat the best confirmed one (the analytic form assumes ideal overlap, so it is mostly
+    optimistic), up to ``event_max`` in all."""
+    if options.event_top == 0:
         return []
-    evaluated = run.evaluate([(i, p) for _, i, p, _ in best], Engine.EVENT, "event")
-    return _score_ok(evaluated, contexts, options, rejected)
+    order = _top(scored, len(scored))
+    cap = max(options.event_top, options.event_max)
+    confirmed: list = []
+    i = 0
+    while i < min(len(order), cap):
+        batch = order[i:min(i + options.event_top, cap)]
+        evaluated = run.evaluate([(j, p) for _, j, p, _ in batch], Engine.EVENT, "event")
+        confirmed += _score_ok(evaluated, contexts, options, rejected)
+        i += len(batch)
+        if not confirmed or i >= len(order):
+            continue
+        best = max(t[0] for t in confirmed)
+        if order[i][0] <= best + abs(best) * options.event_tolerance:
+            break
+    return confirmed
 
 
 def _final_ranking(confirmed, scored, contexts, options) -> list[RankedPlan]:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Iterator, Sequence
 
@@ -22,13 +22,12 @@ from .api import simulate
 from .errors import InfeasiblePlanError, InvalidInputError, UnsupportedError
 from .hardware import ClusterSpec
 from .profile import Profile
-from .result import Result
+from .result import Breakdown, Result
 from .search_store import candidate_key, plan_dict
 from .strategy import Plan
 from .workload.spec import TransformerSpec
 
-BREAKDOWN_COLUMNS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "dp_comm_s",
-                     "pp_comm_s", "bubble_s", "optimizer_s", "overhead_s")
+BREAKDOWN_COLUMNS = tuple(f.name for f in fields(Breakdown))
 
 
 class Engine(str, Enum):

@@ -225,23 +225,23 @@ def _in_flight(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> flo
 @lru_cache(maxsize=4096)
 def _layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
                   moe_layer: bool) -> tuple[float, float]:
-    """(activation bytes kept per micro-batch, largest op bytes) of one layer."""
+    """(activation bytes kept per micro-batch, largest saved tensor) of one layer."""
     layer = model.moe.dense_layers if moe_layer else 0
     fwd = layer_ops(model, sh, layer)
     tokens = sh.micro_batch * model.seq_len // sh.cp
     if sh.sequence_parallel:
         tokens //= sh.tp
     act = layer_activation_bytes(fwd, recompute, tokens * model.hidden * sh.act_bytes)
-    return act, max((o.bytes_moved for o in fwd), default=0.0)
+    return act, max((o.saved_bytes for o in fwd), default=0.0)
 
 
 @lru_cache(maxsize=4096)
 def _edge_memory(model: TransformerSpec, sh: LayerShape, first: bool, last: bool) -> tuple[float, float]:
-    """(saved bytes, largest op bytes) of the embedding / output head on a chunk."""
+    """(saved bytes, largest saved tensor) of the embedding / output head on a chunk."""
     ops = (embedding_ops(model, sh) if first else []) + (head_ops(model, sh) if last else [])
     if not ops:
         return 0.0, 0.0
-    return sum(o.saved_bytes for o in ops), max(o.bytes_moved for o in ops)
+    return sum(o.saved_bytes for o in ops), max(o.saved_bytes for o in ops)
 
 
 def _layer_params(model: TransformerSpec, plan: Plan, moe_layer: bool) -> tuple[float, float]:
@@ -289,26 +289,46 @@ def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: li
     return c
 
 
+def _stage_chunks(model: TransformerSpec, plan: Plan, sh: LayerShape, parts: list[list[int]],
+                  s: int) -> list[_ChunkMem]:
+    C = plan.pp * plan.vpp
+    return [_chunk_memory(model, plan, sh, parts[c * plan.pp + s], c * plan.pp + s == 0,
+                          c * plan.pp + s == C - 1) for c in range(plan.vpp)]
+
+
+def _stage_memory(plan: Plan, s: int, chunks: list[_ChunkMem], in_flight: float) -> StageMemory:
+    """Mirror of ``simulator.api.stage_memory`` (a test keeps them equal)."""
+    shard = plan.dp * plan.cp
+    dense = sum(c.dense for c in chunks)
+    expert = sum(c.params - c.dense for c in chunks)
+    w1, g1, o1 = state_bytes(dense, plan, shard)
+    w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
+    acts = in_flight * sum(c.act for c in chunks)
+    ws = workspace_bytes(plan, max(c.largest for c in chunks))
+    return StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws)
+
+
 def estimate_stage_memory(model: TransformerSpec, plan: Plan) -> list[StageMemory]:
     """Peak memory of one rank per pipeline stage, without pricing any op."""
-    C = plan.pp * plan.vpp
-    parts = partition_layers(model.n_layers, C)
+    parts = partition_layers(model.n_layers, plan.pp * plan.vpp)
     sh = layer_shape(model, plan)
-    shard = plan.dp * plan.cp
-    out = []
-    for s in range(plan.pp):
-        chunks = [_chunk_memory(model, plan, sh, parts[c * plan.pp + s], c * plan.pp + s == 0,
-                                c * plan.pp + s == C - 1) for c in range(plan.vpp)]
-        dense = sum(c.dense for c in chunks)
-        expert = sum(c.params - c.dense for c in chunks)
-        w1, g1, o1 = state_bytes(dense, plan, shard)
-        w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
-        m = _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
-        acts = m * sum(c.act for c in chunks)
-        ws = workspace_bytes(plan, max(c.largest for c in chunks))
-        out.append(StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws))
-    return out
+    return [_stage_memory(plan, s, _stage_chunks(model, plan, sh, parts, s),
+                          _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp))
+            for s in range(plan.pp)]
 
 
 def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
-    return max(m.total_bytes for m in estimate_stage_memory(model, plan))
+    """``max(estimate_stage_memory(...))`` computed once per distinct stage content: stages
+    holding the same layer counts differ only in how many micro-batches are in flight."""
+    C = plan.pp * plan.vpp
+    parts = partition_layers(model.n_layers, C)
+    groups: dict[tuple, tuple[int, float]] = {}
+    for s in range(plan.pp):
+        sig = tuple((len(parts[g]), sum(map(model.is_moe_layer, parts[g])), g == 0, g == C - 1)
+                    for g in range(s, C, plan.pp))
+        m = _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
+        if sig not in groups or m > groups[sig][1]:
+            groups[sig] = (s, m)
+    sh = layer_shape(model, plan)
+    return max(_stage_memory(plan, s, _stage_chunks(model, plan, sh, parts, s), m).total_bytes
+               for s, m in groups.values())

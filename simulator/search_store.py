@@ -45,12 +45,16 @@ def inputs_fingerprint(model: TransformerSpec, cluster: ClusterSpec, profile: Pr
     return _sha(_canonical(inputs_record(model, cluster, profile)))
 
 
+_PLAN_FIELDS = tuple(f.name for f in fields(Plan))
+
+
 def plan_dict(plan: Plan) -> dict[str, Any]:
-    d = asdict(plan)
-    for f in fields(plan):
-        v = d[f.name]
-        d[f.name] = getattr(v, "value", v)
-    return d
+    """Plan fields with enums as their values (flat: a Plan holds only scalars)."""
+    out = {}
+    for name in _PLAN_FIELDS:
+        v = getattr(plan, name)
+        out[name] = getattr(v, "value", v)
+    return out
 
 
 def candidate_key(fingerprint: str, plan: Plan, engine: str) -> str:

@@ -7,6 +7,7 @@ runs (``dp_overlap``) or after it; the optimizer step; the ZeRO parameter all-ga
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .cost import Collective, collective_time_s, memory_time_s
@@ -24,6 +25,18 @@ OPTIMIZER_BYTES_PER_PARAM = 38.0
 """Adam step + grad-norm + zeroing, bytes moved per local parameter (mixed precision):
 read fp32 master, grad, m, v (16 B); write master, m, v (12 B) and the 16-bit copy (2 B);
 grad-norm read (4 B) and grad zeroing (4 B)."""
+
+FP32_OPTIMIZER_BYTES_PER_PARAM = 28.0
+"""Adam step in plain fp32 (no master copy), bytes per local parameter: read param, grad,
+m, v (16 B); write param, m, v (12 B) -- ``torch.optim.AdamW`` (fused) in a loop with
+``zero_grad(set_to_none=True)`` and no gradient clipping (as ``simulator.ddp`` counts it)."""
+
+
+def optimizer_bytes_per_param(plan: Plan) -> float:
+    """Bytes the optimizer step moves per local parameter for the plan's precision."""
+    if plan.precision.value == "fp32":
+        return FP32_OPTIMIZER_BYTES_PER_PARAM
+    return OPTIMIZER_BYTES_PER_PARAM
 
 
 @dataclass
@@ -44,7 +57,8 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
     eshard = max(1, (plan.dp * plan.cp) // plan.ep) if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / eshard
-    return memory_time_s(local * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu, prof, kernels=4)
+    return memory_time_s(local * optimizer_bytes_per_param(plan), cluster.gpu, prof, kernels=4,
+                         kind="optimizer")
 
 
 def grad_reduce_bytes(plan: Plan) -> int:
@@ -54,22 +68,31 @@ def grad_reduce_bytes(plan: Plan) -> int:
     return 4
 
 
-def dp_reduce_time_s(params: float, plan: Plan, groups: dict[str, GroupPlacement],
-                     prof: Profile) -> float:
-    """Gradient reduction of ``params`` over the DP(xCP) group: all-reduce, or
+def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
+                     groups: dict[str, GroupPlacement], prof: Profile) -> float:
+    """Gradient reduction: dense parameters over the DP group, expert parameters over the
+    expert-data-parallel group (ranks holding the same experts); all-reduce, or
     reduce-scatter under ZeRO-1/2 (the parameter all-gather is timed separately)."""
-    g = groups["dp"]
-    nbytes = params * grad_reduce_bytes(plan)
+    nb = grad_reduce_bytes(plan)
     coll = Collective.REDUCE_SCATTER if plan.zero_stage in (1, 2) else Collective.ALL_REDUCE
-    return group_collective_s(coll, nbytes, g, prof)
+    return (group_collective_s(coll, dense_params * nb, groups["dp"], prof)
+            + group_collective_s(coll, expert_params * nb, groups["edp"], prof))
 
 
-def param_gather_time_s(params: float, plan: Plan, groups: dict[str, GroupPlacement],
-                        prof: Profile) -> float:
+def param_gather_time_s(dense_params: float, expert_params: float, plan: Plan,
+                        groups: dict[str, GroupPlacement], prof: Profile) -> float:
+    """ZeRO-1/2: all-gather of the updated 16-bit (or fp32) parameters."""
     if plan.zero_stage not in (1, 2):
         return 0.0
-    wbytes = 4 if plan.precision.value == "fp32" else 2
-    return group_collective_s(Collective.ALL_GATHER, params * wbytes, groups["dp"], prof)
+    wb = 4 if plan.precision.value == "fp32" else 2
+    return (group_collective_s(Collective.ALL_GATHER, dense_params * wb, groups["dp"], prof)
+            + group_collective_s(Collective.ALL_GATHER, expert_params * wb, groups["edp"], prof))
+
+
+def chunk_params(chunks) -> tuple[float, float]:
+    """(dense, expert) parameters held by one rank over ``chunks``."""
+    dense = sum(c.dense_params for c in chunks)
+    return dense, sum(c.params for c in chunks) - dense
 
 
 def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSpec,
@@ -162,7 +185,7 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
     s = chunks[0].stage
     link = f"stage{s}.link"
     prev = -1
-    if plan.zero_stage < 3 and groups["dp"].size > 1:
+    if plan.zero_stage < 3 and (groups["dp"].size > 1 or groups["edp"].size > 1):
         for ch in sorted(chunks, key=lambda c: -_last_backward(stage, c.chunk)):
             prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev)
     deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
@@ -174,8 +197,7 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
     t_opt = optimizer_time_s(chunks, plan, cluster, prof)
     stage.optimizer = eng.add("optimizer", stage.compute, t_opt, deps, stage=s, kind="optimizer")
     stage.tail = stage.optimizer
-    params = sum(c.params for c in chunks)
-    t_ag = param_gather_time_s(params, plan, groups, prof)
+    t_ag = param_gather_time_s(*chunk_params(chunks), plan, groups, prof)
     if t_ag > 0 and not plan.dp_overlap:
         stage.tail = eng.add("param all-gather", link, t_ag, [(stage.optimizer, 1.0)],
                              stage=s, kind="dp_comm")
@@ -191,25 +213,30 @@ def _dp_interference_s(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], 
     total = 0.0
     for ch in chunks:
         last_b = eng.tasks[_last_backward(stage, ch.chunk)].work_s
-        total += interference_s(min(dp_reduce_time_s(ch.params, plan, groups, prof), last_b), prof)
+        total += interference_s(min(sum(bucket_times_s(ch, plan, groups, prof)), last_b), prof)
     return total
+
+
+def bucket_times_s(ch: ChunkWork, plan: Plan, groups: dict[str, GroupPlacement],
+                   prof: Profile) -> list[float]:
+    """Duration of each gradient bucket's reduction for one chunk (one bucket when the
+    reduction is not overlapped: it then runs as one coalesced collective)."""
+    dense, expert = chunk_params([ch])
+    n = max(1, math.ceil(ch.params / plan.bucket_params())) if plan.dp_overlap else 1
+    return [dp_reduce_time_s(dense / n, expert / n, plan, groups, prof)] * n
 
 
 def _chunk_buckets(eng: Engine, stage: StageTasks, ch: ChunkWork, plan: Plan, prof: Profile,
                    groups: dict[str, GroupPlacement], link: str, prev: int) -> int:
     """Gradient buckets of one chunk, released as its last backward pass progresses."""
     last_b = _last_backward(stage, ch.chunk)
-    nbytes = ch.params * grad_reduce_bytes(plan)
-    n_buckets = max(1, int(-(-nbytes // plan.dp_bucket_bytes))) if plan.dp_overlap else 1
-    t_total = dp_reduce_time_s(ch.params, plan, groups, prof)
-    t_each = dp_reduce_time_s(ch.params / n_buckets, plan, groups, prof)
-    t_each = t_total if n_buckets == 1 else t_each
-    for j in range(n_buckets):
-        frac = (j + 1) / n_buckets if plan.dp_overlap else 1.0
+    times = bucket_times_s(ch, plan, groups, prof)
+    for j, t in enumerate(times):
+        frac = (j + 1) / len(times) if plan.dp_overlap else 1.0
         deps = [(last_b, frac)] + ([(prev, 1.0)] if prev >= 0 else [])
         if not plan.dp_overlap:
             deps.append((stage.last_unit, 1.0))
-        prev = eng.add(f"dp reduce c{ch.chunk} b{j}", link, t_each, deps, stage=ch.stage,
+        prev = eng.add(f"dp reduce c{ch.chunk} b{j}", link, t, deps, stage=ch.stage,
                        kind="dp_comm")
         stage.dp_tasks.append(prev)
     return prev

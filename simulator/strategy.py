@@ -34,7 +34,8 @@ class Plan:
     ``micro_batch`` and ``global_batch`` count sequences. ``vpp`` is virtual stages per
     rank (interleaved 1F1B). ``ep`` splits experts inside the data-parallel group
     (Megatron convention: ep divides dp*cp... here ep must divide dp).
-    ``dp_bucket_bytes`` sizes gradient-reduction buckets when ``dp_overlap`` is on.
+    ``dp_bucket_bytes`` sizes gradient-reduction buckets when ``dp_overlap`` is on (0 =
+    framework default, see ``bucket_params``).
     """
 
     tp: int = 1
@@ -53,7 +54,7 @@ class Plan:
     attention: AttentionImpl = AttentionImpl.FLASH
     dp_overlap: bool = True
     tp_overlap: bool = False
-    dp_bucket_bytes: int = 40_000_000
+    dp_bucket_bytes: int = 0              # 0: Megatron-Core's default (see bucket_bytes)
     pp_scatter_gather: bool = True        # Megatron: each TP rank sends 1/tp of a pipeline hand-off
     pp_blocking_p2p: bool = True          # pipeline sends hold the sender's stream (no p2p overlap)
 
@@ -75,8 +76,9 @@ class Plan:
             raise InvalidInputError("zero_stage", self.zero_stage, "0, 1, 2 or 3")
         if self.precision == Dtype.TF32:
             raise InvalidInputError("precision", "tf32", "fp32, fp16, bf16 or fp8")
-        if self.dp_bucket_bytes <= 0:
-            raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes, "a positive size")
+        if self.dp_bucket_bytes < 0:
+            raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
+                                    "a positive size, or 0 for the framework default")
 
     @property
     def world_size(self) -> int:
@@ -85,6 +87,14 @@ class Plan:
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.dp)
+
+    def bucket_params(self) -> int:
+        """Parameters per gradient bucket: the explicit size (assuming 4-byte gradients), or
+        Megatron-Core's default ``max(40M, 1M x dp)`` parameters, which grows buckets with
+        the data-parallel size so per-collective latency stays amortised."""
+        if self.dp_bucket_bytes:
+            return max(1, self.dp_bucket_bytes // 4)
+        return max(40_000_000, 1_000_000 * self.dp * self.cp)
 
 
 def validate(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> None:

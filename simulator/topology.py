@@ -34,12 +34,16 @@ class GroupPlacement:
 
 
 def group_strides(plan: Plan) -> dict[str, tuple[int, int]]:
-    """(size, stride) of each group type."""
+    """(size, stride) of each group type; "dp" is the gradient-reduction group (DP x CP)."""
     return {
         "tp": (plan.tp, 1),
         "cp": (plan.cp, plan.tp),
-        "dp": (plan.dp, plan.tp * plan.cp),
+        # gradients are reduced over data- and context-parallel ranks together (contiguous
+        # after TP in Megatron's tp-cp-dp order)
+        "dp": (plan.dp * plan.cp, plan.tp),
         "ep": (plan.ep, plan.tp * plan.cp),
+        # ranks holding the same experts: the DP x CP block thinned by EP
+        "edp": (max(1, plan.dp * plan.cp // plan.ep), plan.tp * plan.ep),
         "pp": (plan.pp, plan.tp * plan.cp * plan.dp),
     }
 

@@ -112,6 +112,7 @@ class BottleneckReport:
     exposed_comm_s: dict[str, float]  # from the step breakdown, by kind
     bubble_s: float
     optimizer_s: float
+    interference_s: float            # compute slowed by collectives sharing the GPU
     overhead_s: float
     main: Bottleneck
     ops: tuple[OpRoofline, ...]
@@ -126,7 +127,8 @@ class BottleneckReport:
              "compute_bound_op_s": self.compute_bound_s, "memory_bound_op_s": self.memory_bound_s,
              "memory_bound_share": self.memory_bound_share,
              "exposed_comm_s": dict(self.exposed_comm_s), "bubble_s": self.bubble_s,
-             "optimizer_s": self.optimizer_s, "overhead_s": self.overhead_s,
+             "optimizer_s": self.optimizer_s, "interference_s": self.interference_s,
+             "overhead_s": self.overhead_s,
              "main_bottleneck": self.main.value}
         if ops:
             d["ops"] = [{**o.__dict__, "roofline": o.roofline.value} for o in self.ops]
@@ -144,7 +146,8 @@ def bottleneck_report(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
     return BottleneckReport(res.step_time_s, ridge_flop_per_byte(cluster, plan.precision),
                             by[RooflineClass.COMPUTE_BOUND], by[RooflineClass.MEMORY_BOUND],
                             by[RooflineClass.COMMUNICATION], comm, bd.bubble_s, bd.optimizer_s,
-                            bd.overhead_s, main_bottleneck(bd.as_dict()), tuple(ops))
+                            getattr(bd, "interference_s", 0.0), bd.overhead_s,
+                            main_bottleneck(bd.as_dict()), tuple(ops))
 
 
 # ---- sensitivity ---------------------------------------------------------------------------

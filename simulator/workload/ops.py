@@ -73,14 +73,16 @@ class LayerShape:
 
 
 def _gemm(name: str, m: int, n: int, k: int, sh: LayerShape, saved: float = 0.0,
-          batch: int = 1, recomputed: bool = False) -> Op:
+          batch: int = 1, recomputed: bool = False, saved_out: float = 0.0) -> Op:
+    """``saved``: the input kept for backward (16-bit bytes); ``saved_out``: output bytes
+    kept for a later op (stays 16-bit)."""
     f = 2.0 * batch * m * n * k
     el = 1 if sh.dtype == "fp8" else sh.act_bytes
     moved = batch * el * (m * k + k * n + m * n)
     if sh.dtype == "fp8":
         saved *= 0.5          # Transformer Engine keeps the FP8 copy of a GEMM input for backward
     return Op(name, OpKind.GEMM, flops=f, model_flops=f, bytes_moved=moved, m=m, n=n, k=k,
-              batch=batch, dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed)
+              batch=batch, dtype=sh.dtype, saved_bytes=saved + saved_out, recomputed=recomputed)
 
 
 def with_fp8_casts(ops: list[Op]) -> list[Op]:
@@ -147,8 +149,9 @@ def attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
     ops += _enter_tp("ln1_allgather", m, sh, "qkv")
     # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
-    qkv_out = 0 if sh.flash else T * (q_local + 2 * kv_local) * ab   # flash core saves its own
-    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab + qkv_out))
+    qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
+    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
+                     saved_out=qkv_out))
     ops += core_attention_ops(m, sh)
     ops.append(_gemm("attn_out", T, h, q_local, sh, saved=T * q_local * ab))
     ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
@@ -170,11 +173,13 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
         ops.append(_comm("cp_kv_allgather", Collective.ALL_GATHER, "cp", kv_bytes, "core_attn"))
     qkv_saved = b * s_q * (heads * d + 2 * kv_local) * ab
     if sh.flash:
+        # selective recompute (Megatron --recompute-granularity selective) re-runs the core
+        # attention forward in backward even with a fused kernel
         executed = full * (0.5 + 0.5 / max(1, s_k // 128)) if sh.causal else full
         out_saved = b * s_q * heads * d * ab + b * heads * s_q * 4   # output + logsumexp
         ops.append(Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
                       bytes_moved=qkv_saved + out_saved, dtype=sh.dtype,
-                      saved_bytes=qkv_saved + out_saved, kernel=sh.attention_kernel))
+                      saved_bytes=out_saved, kernel=sh.attention_kernel, recomputed=True))
         return ops
     batch, scores = b * heads, b * heads * s_q * s_k
     dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
@@ -217,39 +222,52 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     h, ab = m.hidden, sh.act_bytes
     ops = attention_ops(m, sh)
     ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
-    ops += _enter_tp("ln2_allgather", m, sh, "mlp_fc1")
     if m.is_moe_layer(layer):
-        ops += moe_ops(m, sh)
+        ops += moe_ops(m, sh)                    # the token dispatcher does its own TP comm
     else:
+        ops += _enter_tp("ln2_allgather", m, sh, "mlp_fc1")
         ops += mlp_ops(m, sh)
-    ops += _leave_tp("mlp_reduce", m, sh, "mlp_fc2")
+        ops += _leave_tp("mlp_reduce", m, sh, "mlp_fc2")
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("mlp_residual", 2 * Ts * h, Ts * h, sh, saved=mask))
     return with_fp8_casts(ops) if sh.dtype == "fp8" else ops
 
 
 def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """Router, all-to-all dispatch, local experts (expected even load), combine."""
+    """Router, all-to-all dispatch, local experts (expected even load), combine.
+
+    Megatron-style token dispatch: each rank routes its own tokens (the SP shard, i.e.
+    1/tp of them, when TP > 1); the all-to-all runs over the EP group; with TP the received
+    tokens are all-gathered across TP so each TP rank applies its 1/tp slice of every local
+    expert, then reduce-scattered back before the combining all-to-all.
+    """
     moe = m.moe
     assert moe is not None
     T, _ = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
-    ops = [_gemm("router", T, moe.experts, h, sh, saved=T * h * ab)]
-    routed = T * moe.top_k                       # token-expert pairs this rank sends
-    ops.append(_mem("moe_router_topk", T * moe.experts, T * moe.experts, sh, elem_bytes=4,
-                    kind="softmax"))             # fp32 softmax + top-k over the router logits
-    ops.append(_mem("moe_permute", T * h, routed * h, sh, kind="copy"))
+    t_loc = T // sh.tp if sh.tp > 1 else T       # tokens this rank routes
+    routed = t_loc * moe.top_k                   # token-expert pairs this rank sends
+    ops = [_gemm("router", t_loc, moe.experts, h, sh, saved=t_loc * h * ab),
+           _mem("moe_router_topk", t_loc * moe.experts, t_loc * moe.experts, sh,
+                elem_bytes=4, kind="softmax"),    # fp32 softmax + top-k over router logits
+           _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
     if sh.ep > 1:
         ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", routed * h * ab))
-    local_experts = moe.experts // sh.ep
-    received = routed                            # balanced routing: sent == received
-    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=received,
-                   groups=local_experts)
+    group_rows = routed * sh.tp                  # balanced: received == sent, gathered over TP
+    if sh.tp > 1:
+        ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
+                         "experts_fc1"))
+    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=group_rows,
+                   groups=moe.experts // sh.ep)
     if moe.shared_experts:
-        ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared")
+        ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",
+                       tokens=t_loc * sh.tp)
+    if sh.tp > 1:
+        ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
+                         group_rows * h * ab, "experts_fc2"))
     if sh.ep > 1:
         ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", routed * h * ab))
-    ops.append(_mem("moe_combine", routed * h, T * h, sh))
+    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh))
     return ops
 
 
