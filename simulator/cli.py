@@ -20,6 +20,7 @@ def command(name: str, help_text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     from . import cli_commands  # noqa: F401  (registers the commands)
+    from . import cli_module  # noqa: F401
     from . import cli_search  # noqa: F401
     parser = argparse.ArgumentParser(
         prog="complexity",

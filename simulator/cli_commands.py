@@ -51,7 +51,9 @@ def cluster_from_row(row) -> ClusterSpec:
 # ---- simulate -------------------------------------------------------------------------------
 @command("simulate", "Simulate one training step of a model on a cluster under a plan.")
 def _simulate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="preset key or HuggingFace config.json")
+    p.add_argument("--model", help="preset key or HuggingFace config.json")
+    p.add_argument("--module", help="FILE.py:FACTORY returning (torch module, example inputs); "
+                   "simulated under DDP or FSDP instead of a transformer preset")
     p.add_argument("--gpu", required=True, help="GPU key, e.g. h100-sxm (see `complexity list gpus`)")
     p.add_argument("--gpus", type=int, required=True, help="total GPU count")
     p.add_argument("--gpus-per-node", type=int)
@@ -65,12 +67,13 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         p.add_argument(f"--{k}", type=int, default=None if k == "dp" else 1)
     p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--global-batch", type=int, required=True)
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step (transformers)")
     p.add_argument("--seq-len", type=int)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--recompute", default="none", help="none, selective, full")
     p.add_argument("--zero-stage", type=int, default=0)
-    p.add_argument("--precision", default="bf16", help="fp32, fp16, bf16, fp8")
+    p.add_argument("--precision", default=None,
+                   help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")
     p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved")
     p.add_argument("--attention", default="flash",
                    help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized")
@@ -82,6 +85,14 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    m = p.add_argument_group("--module options (DDP / FSDP of a traced torch module)")
+    m.add_argument("--strategy", default="ddp", help="ddp or fsdp")
+    m.add_argument("--bucket-cap-mb", type=float, help="DDP bucket_cap_mb (MiB; default torch's)")
+    m.add_argument("--gradient-as-bucket-view", action="store_true")
+    m.add_argument("--static-graph", action="store_true")
+    m.add_argument("--compression", default="none", help="none, fp16, bf16, powersgd")
+    m.add_argument("--powersgd-rank", type=int, default=1)
+    m.add_argument("--optimizer", default="adam", help="adam or sgd")
     p.set_defaults(func=run_simulate)
 
 
@@ -101,6 +112,14 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
 
 
 def run_simulate(a: argparse.Namespace) -> int:
+    if a.module:
+        from .cli_module import simulate_module_cli
+        a.precision = a.precision or "fp32"
+        return simulate_module_cli(a)
+    if not a.model or not a.global_batch:
+        raise InvalidInputError("model" if not a.model else "global_batch", None,
+                                "--model PRESET|CONFIG.json and --global-batch N (or --module FILE.py:FACTORY)")
+    a.precision = a.precision or "bf16"
     model = resolve_model(a.model, a.seq_len)
     cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
                            a.nic_kind, a.scale_up, a.node, a.oversubscription)

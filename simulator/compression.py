@@ -164,6 +164,7 @@ class CompressionRow:
     step_s: float
     speedup: float                   # vs no compression
     pays_off: bool
+    pays_off_below_gbytes_per_s: float | None = None   # DP link bandwidth break-even
 
 
 @dataclass(frozen=True)
@@ -187,27 +188,55 @@ DEFAULT_OPTIONS = (CompressionSpec("none"), CompressionSpec("fp16"), Compression
 
 def compression_whatif(graph, times, comm, cfg, gpu: GPUSpec, prof: Profile,
                        options: Sequence[CompressionSpec] = DEFAULT_OPTIONS,
-                       optimizer: str = "adam", min_gain: float = 0.02) -> CompressionReport:
-    """Step time of ``graph`` under DDP with each hook; says which pay off and why."""
+                       optimizer: str = "adam", min_gain: float = 0.02,
+                       break_even: bool = True) -> CompressionReport:
+    """Step time of ``graph`` under DDP (``cfg``, group ``comm``) with each hook in
+    ``options``, against no compression; says which pay off, why, and (``break_even``)
+    below which DP link bandwidth each would."""
     from dataclasses import replace
     from .ddp import simulate_ddp
-    base = None
-    rows, verdicts = [], []
-    for spec in options:
-        res = simulate_ddp(graph, times, comm, replace(cfg, compression=spec), gpu, prof,
-                           optimizer=optimizer)
-        if base is None or spec.hook == "none":
-            base = base or res
+    run = lambda spec: simulate_ddp(graph, times, comm, replace(cfg, compression=spec), gpu,
+                                    prof, optimizer=optimizer)
+    base = run(CompressionSpec("none"))
+    specs = [CompressionSpec("none")] + [s for s in options if s.hook != "none"]
+    rows = []
+    for spec in specs:
+        res = base if spec.hook == "none" else run(spec)
         msgs = [m for b in res.buckets for m in b.messages]
-        sent = sum(comm.wire_bytes(m) for m in msgs)
         speed = base.step_time_s / res.step_time_s if res.step_time_s > 0 else 1.0
-        rows.append(CompressionRow(spec.label, float(sum(msgs)), sent, len(msgs), res.comm_s,
+        rows.append(CompressionRow(spec.label, float(sum(msgs)), sum(comm.wire_bytes(m) for m in msgs),
+                                   len(msgs), res.comm_s,
                                    max(0.0, res.hook_compute_s - base.hook_compute_s),
                                    res.exposed_comm_s, res.step_time_s, speed,
                                    spec.hook != "none" and speed >= 1 + min_gain))
-        verdicts.append(_verdict(rows[-1], rows[0], base))
-    return CompressionReport(graph.name, comm.size, comm.describe(), tuple(rows),
-                             tuple(v for v in verdicts if v))
+    if break_even:
+        rows = [rows[0]] + [replace(r, pays_off_below_gbytes_per_s=_break_even(
+            graph, times, comm, cfg, gpu, prof, spec, optimizer, min_gain))
+            for r, spec in zip(rows[1:], specs[1:])]
+    verdicts = tuple(_verdict(r, rows[0], base) for r in rows)
+    return CompressionReport(graph.name, comm.size, comm.describe(), tuple(rows), verdicts)
+
+
+def _break_even(graph, times, comm, cfg, gpu, prof, spec, optimizer, min_gain) -> float:
+    """DP link bandwidth (GB/s, bottleneck link) below which ``spec`` gains ``min_gain``;
+    ``inf`` if it pays off across 1/1024x..1024x today's bandwidth, 0 if nowhere."""
+    from dataclasses import replace
+    from .ddp import simulate_ddp
+
+    def gain(log2f: float) -> float:
+        c = comm.scaled(2.0 ** log2f)
+        step = lambda sp: simulate_ddp(graph, times, c, replace(cfg, compression=sp), gpu,
+                                       prof, optimizer=optimizer).step_time_s
+        return step(CompressionSpec("none")) / step(spec) - (1 + min_gain)
+    lo, hi = -10.0, 10.0
+    if gain(hi) >= 0:
+        return float("inf")
+    if gain(lo) < 0:
+        return 0.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gain(mid) >= 0 else (lo, mid)
+    return comm.bottleneck_gbytes_per_s() * 2.0 ** lo
 
 
 def _verdict(row: CompressionRow, none: CompressionRow, base) -> str:
@@ -216,10 +245,16 @@ def _verdict(row: CompressionRow, none: CompressionRow, base) -> str:
         return (f"no compression: {100 * frac:.0f} % of the step is exposed all-reduce "
                 f"({base.exposed_comm_s * 1e3:.2f} ms of {base.step_time_s * 1e3:.2f} ms)")
     saved = none.exposed_comm_s - row.exposed_comm_s
+    be = row.pays_off_below_gbytes_per_s
+    where = ("" if be is None else " at any bandwidth tried" if be == float("inf") else
+             " at any bandwidth tried" if be == 0 else f"; pays off below {be:.3g} GB/s")
     if row.pays_off:
         return (f"{row.option}: pays off, {row.speedup:.2f}x ({saved * 1e3:.2f} ms less exposed "
-                f"communication, {row.extra_compute_s * 1e3:.2f} ms extra compute)")
+                f"communication, {row.extra_compute_s * 1e3:.2f} ms extra compute)"
+                + ("" if be == float("inf") else where))
     why = ("communication is already hidden behind backward"
            if none.exposed_comm_s < 0.05 * none.step_s else
            "the extra compute and message latency eat the bandwidth saved")
-    return f"{row.option}: does not pay off ({row.speedup:.2f}x): {why}"
+    if be == 0:
+        where = " (not at any bandwidth tried)"
+    return f"{row.option}: does not pay off here ({row.speedup:.2f}x): {why}{where}"

@@ -48,6 +48,16 @@ def _mem_bw(gpu: GPUSpec, prof: Profile) -> float:
     return gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.bw_eff.value
 
 
+def gemm_efficiency(t: TracedOp, dtype: str, prof: Profile) -> float:
+    """The profile's GEMM efficiency; a convolution uses ``eff_max['conv:<dtype>']`` when the
+    profile measured one (``simulator.module_calib`` does), else the GEMM value."""
+    if "conv" in t.aten:
+        c = prof.gemm.eff_max.get(f"conv:{dtype}")
+        if c is not None:
+            return c.value
+    return prof.gemm_eff(dtype)
+
+
 def gemm_op_time_s(t: TracedOp, dtype: str, gpu: GPUSpec, prof: Profile) -> float:
     o = t.op
     if o.m <= 0 or o.n <= 0 or o.k <= 0:
@@ -55,8 +65,8 @@ def gemm_op_time_s(t: TracedOp, dtype: str, gpu: GPUSpec, prof: Profile) -> floa
     g = prof.gemm
     wave = wave_efficiency(o.m * o.batch, o.n, g.tile_m, g.tile_n, gpu.sm_count)
     return gemm_time_core_s(o.batch * o.m, o.n, o.k, o.bytes_moved, gpu.peak(dtype) * 1e12,
-                            prof.gemm_eff(dtype), g.k_half.value, g.launch_us.value * 1e-6,
-                            wave, _mem_bw(gpu, prof))
+                            gemm_efficiency(t, dtype, prof), g.k_half.value,
+                            g.launch_us.value * 1e-6, wave, _mem_bw(gpu, prof))
 
 
 def op_time_s(t: TracedOp, gpu: GPUSpec, prof: Profile,
@@ -69,8 +79,37 @@ def op_time_s(t: TracedOp, gpu: GPUSpec, prof: Profile,
         return max(attention_time_s(t.flops, d, t.phase == BACKWARD, gpu, prof),
                    memory_time_s(t.bytes_moved, gpu, prof))
     if t.kind == OpKind.MEMORY:
-        return memory_time_s(t.bytes_moved, gpu, prof, kernels=1)
+        return memory_op_time_s(t, gpu, prof)
     return 0.0
+
+
+MEMORY_CLASSES = (
+    ("batch_norm", ("batch_norm",)), ("layer_norm", ("layer_norm", "group_norm", "softmax")),
+    ("max_pool", ("max_pool", "avg_pool", "adaptive")),
+    ("gelu", ("gelu", "silu", "sigmoid", "tanh", "exp", "log", "erf", "pow", "sqrt")),
+    ("relu", ("relu", "threshold")),
+    ("copy", ("copy", "clone", "cat", "stack", "_to_copy", "embedding", "index", "gather",
+              "scatter", "zeros", "ones", "fill", "full", "arange", "where")),
+    ("add", ("add", "sub", "mul", "div", "sum", "mean", "neg", "addcmul", "addcdiv")),
+)
+
+
+def memory_class(aten: str) -> str:
+    """Which measured kernel class a bandwidth-bound op belongs to ("" = none)."""
+    name = aten.split(".")[1] if aten.startswith("aten.") else aten
+    for cls, needles in MEMORY_CLASSES:
+        if any(n in name for n in needles):
+            return cls
+    return ""
+
+
+def memory_op_time_s(t: TracedOp, gpu: GPUSpec, prof: Profile) -> float:
+    """Bandwidth-bound op; a profile may carry the bandwidth of its kernel class as
+    ``gemm.eff_max['membw:<class>']`` (a fraction of the device bandwidth)."""
+    c = prof.gemm.eff_max.get(f"membw:{memory_class(t.aten)}")
+    if c is None or t.bytes_moved <= 0:
+        return memory_time_s(t.bytes_moved, gpu, prof, kernels=1)
+    return prof.memory.launch_us.value * 1e-6 + t.bytes_moved / (_mem_bw(gpu, prof) * c.value)
 
 
 def price_graph(g: TracedGraph, gpu: GPUSpec, prof: Profile,
@@ -233,8 +272,13 @@ def write_roofline_png(r: OpReport, path: str, label_top: int = 8) -> None:
     ax.scatter([p.intensity for p in pts], [p.achieved_tflops for p in pts],
                s=[10 + 200 * p.time_s / mx for p in pts],
                c=["tab:red" if p.bound == "memory" else "tab:blue" for p in pts], alpha=0.6)
-    for p in sorted(pts, key=lambda p: -p.time_s)[:label_top]:
-        ax.annotate(p.name.split("#")[0][-28:], (p.intensity, p.achieved_tflops), fontsize=6)
+    seen: set[tuple[int, int]] = set()
+    for p in sorted(pts, key=lambda p: (-p.time_s, p.index)):
+        spot = (round(p.intensity, 1), round(p.achieved_tflops, 1))
+        if spot in seen or len(seen) >= label_top:
+            continue
+        seen.add(spot)
+        ax.annotate(p.name.split("#")[0][-28:], spot, fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")

@@ -193,7 +193,8 @@ class TraceState:
         return Ctx(phase, path, custom, group)
 
     def where(self) -> str:
-        parts = [f"module '{self.module_stack[-1]}'" if self.module_stack else "the top level"]
+        top = self.module_stack[-1] if self.module_stack else ""
+        parts = [f"module '{top}'" if top else "the root module's forward"]
         if self.custom_stack:
             parts.append(f"inside autograd.Function {self.custom_stack[-1]}")
         if self.phase == BACKWARD:

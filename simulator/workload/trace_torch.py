@@ -37,6 +37,15 @@ class TraceError(UnsupportedError):
     """The module could not be traced; the message names the operator or construct."""
 
 
+def import_torch():
+    """``import torch`` without its deprecation chatter (e.g. about pynvml) on stderr."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*pynvml.*", category=FutureWarning)
+        import torch
+    return torch
+
+
 # ---- the recording modes -------------------------------------------------------------------
 def _tensor_nbytes(t: Any, cap_by_storage: bool) -> int:
     n = int(t.numel()) * int(t.element_size())
@@ -257,7 +266,7 @@ def trace_module(module: Any, example_inputs: Any, *, loss_fn: Callable | None =
     ``loss_fn(output) -> scalar`` defaults to the sum of every floating-point output.
     """
     try:
-        import torch
+        torch = import_torch()
     except ImportError as exc:                   # pragma: no cover - torch is optional
         raise TraceError(f"tracing a module needs torch ({exc})") from None
     if not isinstance(module, torch.nn.Module):
@@ -311,7 +320,10 @@ def explain_failure(exc: BaseException, st: TraceState, model: str) -> str:
 def build_from_factory(factory: Callable[[], Any], on_meta: bool = True) -> tuple[Any, Any, Callable | None, str]:
     """Call ``factory()`` -> ``(module, example_inputs[, loss_fn])``, on the meta device when
     it allows (no weights allocated), otherwise normally; the last item says which."""
-    import torch
+    try:
+        torch = import_torch()
+    except ImportError as exc:                   # pragma: no cover - torch is optional
+        raise TraceError(f"tracing a module needs torch ({exc})") from None
     how = "meta"
     res = None
     if on_meta:
@@ -323,7 +335,11 @@ def build_from_factory(factory: Callable[[], Any], on_meta: bool = True) -> tupl
             res = None
     if res is None:
         how = how if how != "meta" else "cpu"
-        res = factory()
+        try:
+            res = factory()
+        except Exception as exc:  # noqa: BLE001 - user code; one line
+            raise TraceError(f"the factory {getattr(factory, '__name__', factory)!s} raised "
+                             f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
     if not isinstance(res, (tuple, list)) or len(res) not in (2, 3):
         raise TraceError("the factory must return (module, example_inputs) or "
                          f"(module, example_inputs, loss_fn), got {type(res).__name__}")
