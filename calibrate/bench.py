@@ -1,29 +1,46 @@
-"""Compute microbenchmarks with torch on the local device: GEMM, memory-bound kernels,
-fused attention. torch is imported lazily inside the functions.
+"""Compute microbenchmarks with torch on the local device: GEMM, fused attention (memory-bound
+kernels and the optimizer step live in ``calibrate.bench_mem``). torch is imported lazily.
 
 Each point is timed with warm-up and repeats (``store.time_call``) and written to
 ``OUT/measurements/<bench>.parquet`` (``store.Store``) with its median, quartiles and
 IQR. ``threads`` is part of every point: the default sweep uses torch's default thread
 count, a short extra sweep uses 1 thread (what each rank gets with ``--nproc`` = cores).
+
+GEMMs are timed as a training step runs them: the transformer shapes in all three operand
+layouts a ``Linear`` layer uses (forward ``x @ W^T`` = NT, input gradient ``g @ W`` = NN,
+weight gradient ``g^T @ x`` = TN) and with cold caches (a buffer larger than the last-level
+cache is rewritten, untimed, before every call), because inside a step each GEMM's operands
+were last touched several ops earlier. On this 2-core VM a training step's GEMMs ran
+10-20% slower than the same GEMM repeated hot, and as fast as the cold-cache GEMM.
+
+A shared host: every point records the CPU pressure during its timing (Linux PSI). A point
+measured while other load competed (pressure > ``PRESSURE_MAX``) is re-measured after a
+pause (within ``Plan.busy_retry_s`` per benchmark); if it stays contaminated beyond
+``PRESSURE_SUSPECT`` it is flagged ``suspect`` and the fitters skip it.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .store import Progress, Stats, Store, time_call
 
 SUSPECT_RATIO = 3.0     # more threads should never be this much slower than one thread
 RETRIES = 2
+PRESSURE_MAX = 0.10     # re-measure a point when others held the CPU > 10% of its window
+PRESSURE_SUSPECT = 0.25
+BUSY_PAUSE_S = 2.0
+LAYOUTS = ("NT", "NN", "TN")
 
 
 @dataclass(frozen=True)
 class Plan:
     """Which points to measure and how hard (``budget_s`` caps the timing of one point)."""
 
-    gemm: tuple[tuple[int, int, int, str], ...]
-    gemm_1thread: tuple[tuple[int, int, int, str], ...]   # extra sweep at 1 thread
+    gemm: tuple[tuple, ...]                               # (m, n, k, dtype[, layout])
+    gemm_1thread: tuple[tuple, ...]                       # extra sweep at 1 thread
     memory_elems: tuple[int, ...]
     memory_kernels: tuple[str, ...]
     attention: tuple[tuple[int, int, int, int], ...]      # batch, heads, seq, head_dim
@@ -34,50 +51,67 @@ class Plan:
     warmup: int
     repeats: int
     budget_s: float
+    optimizer_params: tuple[int, ...] = ()                # AdamW step over this many params
+    cold_cache: bool = True                               # flush the LLC before each GEMM
+    busy_retry_s: float = 120.0                           # wait-and-re-measure budget per
+                                                          # benchmark while the host is busy
 
 
-def _transformer_shapes(tokens: Sequence[int], hidden: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(m, n, k) of QKV, attention-out, MLP up/down and their weight-gradient GEMMs."""
+def linear_gemms(tokens: int, d_in: int, d_out: int) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the three GEMMs of one ``Linear(d_in, d_out)`` on ``tokens`` rows:
+    forward (NT), input gradient (NN), weight gradient (TN, ``d_out x d_in`` over tokens)."""
+    return [(tokens, d_out, d_in, "NT"), (tokens, d_in, d_out, "NN"),
+            (d_out, d_in, tokens, "TN")]
+
+
+def _transformer_gemms(tokens: Sequence[int], hidden: Sequence[int]) -> list[tuple[int, int, int, str]]:
+    """QKV, attention-out, MLP up and down projections (4h), all three GEMMs of each."""
     out = []
     for t in tokens:
         for h in hidden:
-            out += [(t, 3 * h, h), (t, h, h), (t, 4 * h, h), (t, h, 4 * h), (h, 4 * h, t)]
+            for d_in, d_out in ((h, 3 * h), (h, h), (h, 4 * h), (4 * h, h)):
+                out += linear_gemms(t, d_in, d_out)
     return out
 
 
 def default_plan() -> Plan:
-    sq = [(s, s, s) for s in (64, 128, 192, 256, 384, 512, 768, 1024)]
-    tr = _transformer_shapes((256, 1024), (128, 256, 512))
-    gemm = tuple((m, n, k, "fp32") for m, n, k in sq + tr) + \
-        tuple((m, n, k, "bf16") for m, n, k in [(s, s, s) for s in (128, 256, 512, 1024)]
-              + _transformer_shapes((1024,), (256, 512)))
-    one = tuple((s, s, s, "fp32") for s in (64, 128, 256, 512, 768)) + \
-        tuple((m, n, k, "fp32") for m, n, k in _transformer_shapes((512,), (256,)))
-    return Plan(gemm=gemm, gemm_1thread=one,
-                memory_elems=tuple(2 ** e for e in range(12, 23)),
-                memory_kernels=("copy", "add", "layernorm", "softmax", "gelu"),
+    sq = [(s, s, s, "fp32", "NN") for s in (64, 128, 192, 256, 384, 512, 768, 1024)]
+    tr = [(m, n, k, "fp32", lay) for m, n, k, lay in
+          _transformer_gemms((1024,), (128, 256, 512)) + _transformer_gemms((256,), (256,))
+          + linear_gemms(512, 256, 4096)]
+    bf = [(s, s, s, "bf16", "NN") for s in (128, 256, 512, 1024)] + \
+        [(m, n, k, "bf16", lay) for m, n, k, lay in _transformer_gemms((1024,), (256,))]
+    one = [(s, s, s, "fp32", "NN") for s in (64, 128, 256, 512)] + \
+        [(m, n, k, "fp32", lay) for m, n, k, lay in
+         _transformer_gemms((1024,), (128, 512)) + linear_gemms(512, 256, 4096)]
+    return Plan(gemm=tuple(sq + tr + bf), gemm_1thread=tuple(one),
+                memory_elems=tuple(2 ** e for e in range(14, 23)),
+                memory_kernels=("copy", "layernorm", "gelu", "add", "cross_entropy",
+                                "first_touch"),
                 attention=((1, 4, 128, 32), (2, 4, 256, 32), (2, 8, 256, 64), (1, 8, 512, 64),
                            (4, 4, 512, 64), (2, 8, 1024, 64), (1, 16, 512, 32)),
                 comm_bytes=tuple(2 ** e for e in range(10, 25, 2)),
                 comm_ops=("all_gather", "reduce_scatter", "all_to_all", "send_recv"),
                 allreduce_bytes=tuple(2 ** e for e in range(10, 25)),
-                interference=((256, 2 ** 22), (384, 2 ** 23), (512, 2 ** 24), (320, 2 ** 23)),
-                warmup=2, repeats=25, budget_s=0.35)
+                interference=((256, 2 ** 22), (384, 2 ** 23), (512, 2 ** 24), (512, 2 ** 25)),
+                warmup=2, repeats=25, budget_s=0.35,
+                optimizer_params=tuple(2 ** e for e in range(16, 26, 2)))
 
 
 def quick_plan() -> Plan:
-    sq = [(s, s, s) for s in (64, 128, 256, 512, 768)]
-    tr = _transformer_shapes((512,), (256,))
-    return Plan(gemm=tuple((m, n, k, "fp32") for m, n, k in sq + tr),
-                gemm_1thread=tuple((s, s, s, "fp32") for s in (128, 256, 512)),
-                memory_elems=tuple(2 ** e for e in range(12, 23, 2)),
-                memory_kernels=("copy", "add", "layernorm", "softmax"),
+    sq = [(s, s, s, "fp32", "NN") for s in (64, 128, 256, 512, 768)]
+    tr = [(m, n, k, "fp32", lay) for m, n, k, lay in _transformer_gemms((512,), (256,))]
+    return Plan(gemm=tuple(sq + tr),
+                gemm_1thread=tuple((s, s, s, "fp32", "NN") for s in (128, 256, 512)),
+                memory_elems=tuple(2 ** e for e in range(14, 23, 2)),
+                memory_kernels=("copy", "layernorm", "gelu", "cross_entropy"),
                 attention=((1, 4, 128, 32), (2, 8, 256, 64), (1, 8, 512, 64)),
                 comm_bytes=tuple(2 ** e for e in range(10, 25, 4)),
                 comm_ops=("all_gather", "send_recv"),
                 allreduce_bytes=tuple(2 ** e for e in range(10, 25, 2)),
                 interference=((256, 2 ** 22), (384, 2 ** 23)),
-                warmup=1, repeats=10, budget_s=0.12)
+                warmup=1, repeats=10, budget_s=0.12,
+                optimizer_params=(2 ** 16, 2 ** 20, 2 ** 23), busy_retry_s=5.0)
 
 
 def _dtype(name: str):
@@ -103,75 +137,106 @@ def _threads(n: int | None):
     return ctx()
 
 
+# ---- shared-host hygiene -------------------------------------------------------------------
+class BusyRetry:
+    """Time a point; re-measure it while the host was busy, within a total pause budget."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.left_s = budget_s
+        self.retried = 0
+
+    def measure(self, timer: Callable[[], Stats]) -> tuple[Stats, bool]:
+        """(least contaminated stats, suspect flag)."""
+        best = timer()
+        while best.pressure > PRESSURE_MAX and self.left_s > 0:
+            t0 = time.perf_counter()
+            time.sleep(BUSY_PAUSE_S)
+            st = timer()
+            self.left_s -= time.perf_counter() - t0
+            self.retried += 1
+            best = st if st.pressure < best.pressure else best
+        return best, best.pressure > PRESSURE_SUSPECT
+
+
+def llc_bytes() -> int:
+    """Last-level cache size from sysfs (32 MiB if unknown)."""
+    try:
+        txt = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        mult = {"K": 1024, "M": 1024 ** 2}.get(txt[-1], 1)
+        return int(txt.rstrip("KM")) * mult
+    except (OSError, ValueError, IndexError):
+        return 32 * 1024 ** 2
+
+
+_FLUSH: list = []
+
+
+def flush_cache() -> None:
+    """Rewrite a buffer of 3x the last-level cache (at most 256 MiB): evicts GEMM operands."""
+    import torch
+    if not _FLUSH:
+        n = min(3 * llc_bytes(), 256 * 1024 ** 2) // 4
+        _FLUSH.append(torch.zeros(n))
+    _FLUSH[0].add_(1.0)
+
+
+# ---- GEMM ------------------------------------------------------------------------------------
+def _gemm_point(p: tuple) -> tuple[int, int, int, str, str]:
+    m, n, k, dt = p[:4]
+    return int(m), int(n), int(k), dt, (p[4] if len(p) > 4 else "NN")
+
+
+def _mm_operands(m: int, n: int, k: int, dt: str, layout: str, gen=None):
+    """Operands stored as a training step stores them: W as (out, in), x as (tokens, in)."""
+    import torch
+    dtype = _dtype(dt)
+    mk = (k, m) if layout == "TN" else (m, k)
+    kn = (n, k) if layout == "NT" else (k, n)
+    a = torch.randn(*mk, generator=gen).to(dtype)
+    b = torch.randn(*kn, generator=gen).to(dtype)
+    a = a.t() if layout == "TN" else a
+    b = b.t() if layout == "NT" else b
+    return lambda: torch.mm(a, b)
+
+
+def _gemm_key(m, n, k, dt, layout, cold, threads) -> str:
+    if layout == "NN" and not cold:
+        return f"{m}x{n}x{k}:{dt}:t{threads}"          # the original (hot, NN) points
+    return f"{m}x{n}x{k}:{dt}:{layout}{':cold' if cold else ''}:t{threads}"
+
+
 def bench_gemm(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = False) -> Path:
-    """``torch.mm`` over (m, n, k, dtype) at default threads, and fp32 at 1 thread."""
+    """``torch.mm`` over (m, n, k, dtype, layout) at default threads, and fp32 at 1 thread."""
     import torch
     store = Store(out, "gemm", env)
     points = [(p, None) for p in plan.gemm] + \
         [(p, 1) for p in plan.gemm_1thread if 1 in thread_counts()]
     prog = Progress("gemm", len(points), quiet)
     gen = torch.Generator().manual_seed(0)
-    for (m, n, k, dt), thr in points:
+    busy = BusyRetry(plan.busy_retry_s)
+    setup = flush_cache if plan.cold_cache else None
+    budget = plan.budget_s * (2.0 if plan.cold_cache else 1.0)
+    for p, thr in points:
+        m, n, k, dt, lay = _gemm_point(p)
         with _threads(thr) as used:
-            key = f"{m}x{n}x{k}:{dt}:t{used}"
+            key = _gemm_key(m, n, k, dt, lay, plan.cold_cache, used)
             if store.has(key):
                 prog.step(key, None)
                 continue
-            a = torch.randn(m, k, generator=gen).to(_dtype(dt))
-            b = torch.randn(k, n, generator=gen).to(_dtype(dt))
-            st = time_call(lambda: torch.mm(a, b), plan.warmup, plan.repeats, plan.budget_s)
-            store.add(key, {"m": m, "n": n, "k": k, "dtype": dt, "threads": used}, st)
+            fn = _mm_operands(m, n, k, dt, lay, gen)
+            st, bad = busy.measure(lambda: time_call(fn, plan.warmup, plan.repeats, budget,
+                                                     setup=setup))
+            store.add(key, {"m": m, "n": n, "k": k, "dtype": dt, "threads": used,
+                            "layout": lay, "cache": "cold" if plan.cold_cache else "hot"},
+                      st, suspect=bad)
             prog.step(key, st)
     recheck_threads(store, plan, _mm_fn, quiet)
     return store.path
 
 
 def _mm_fn(r):
-    import torch
-    a = torch.randn(int(r["m"]), int(r["k"])).to(_dtype(r["dtype"]))
-    b = torch.randn(int(r["k"]), int(r["n"])).to(_dtype(r["dtype"]))
-    return lambda: torch.mm(a, b)
-
-
-# bytes moved per element (fp32): reads + writes
-MEM_KERNELS = {"copy": 8, "add": 12, "layernorm": 8, "softmax": 8, "gelu": 8}
-
-
-def _mem_fn(kernel: str, elems: int):
-    import torch
-    import torch.nn.functional as F
-    cols = 256 if elems >= 256 else elems
-    x = torch.randn(elems // cols, cols)
-    y = torch.randn(elems // cols, cols)
-    if kernel == "copy":
-        return lambda: x.clone()
-    if kernel == "add":
-        return lambda: torch.add(x, y)
-    if kernel == "layernorm":
-        return lambda: F.layer_norm(x, (cols,))
-    if kernel == "softmax":
-        return lambda: torch.softmax(x, dim=-1)
-    return lambda: F.gelu(x)
-
-
-def bench_memory(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = False) -> Path:
-    """Bandwidth-bound kernels over sizes (fp32, rows of 256 like a hidden dimension)."""
-    store = Store(out, "memory", env)
-    points = [(k, e, t) for t in thread_counts() for k in plan.memory_kernels
-              for e in plan.memory_elems]
-    prog = Progress("memory", len(points), quiet)
-    for kernel, elems, thr in points:
-        with _threads(thr) as used:
-            key = f"{kernel}:{elems}:t{used}"
-            if store.has(key):
-                prog.step(key, None)
-                continue
-            st = time_call(_mem_fn(kernel, elems), plan.warmup, plan.repeats, plan.budget_s)
-            store.add(key, {"kernel": kernel, "elems": elems, "bytes_moved":
-                            float(MEM_KERNELS[kernel] * elems), "threads": used}, st)
-            prog.step(key, st)
-    recheck_threads(store, plan, lambda r: _mem_fn(r["kernel"], int(r["elems"])), quiet)
-    return store.path
+    return _mm_operands(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"],
+                        r.get("layout") or "NN")
 
 
 def thread_counts() -> tuple[int | None, ...]:
@@ -180,6 +245,7 @@ def thread_counts() -> tuple[int | None, ...]:
     return (None, 1) if torch.get_num_threads() > 1 else (None,)
 
 
+# ---- attention -------------------------------------------------------------------------------
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True) -> float:
     """Executed forward FLOPs with the simulator's convention (simulator/workload/ops.py):
     ``4 b h s^2 d``, causal kernels skip the masked half (block size 128)."""
@@ -193,15 +259,20 @@ def bench_attention(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool =
     points = [(p, pas, t) for t in thread_counts() for p in plan.attention
               for pas in ("fwd", "fwd_bwd")]
     prog = Progress("attention", len(points), quiet)
+    busy = BusyRetry(plan.busy_retry_s)
     for (b, h, s, d), pas, thr in points:
         with _threads(thr) as used:
-            key = f"{b}x{h}x{s}x{d}:{pas}:t{used}"
+            key = f"{b}x{h}x{s}x{d}:{pas}{':cold' if plan.cold_cache else ''}:t{used}"
             if store.has(key):
                 prog.step(key, None)
                 continue
-            st = time_call(_attn_fn(b, h, s, d, pas), plan.warmup, plan.repeats, plan.budget_s)
+            fn = _attn_fn(b, h, s, d, pas)
+            setup = flush_cache if plan.cold_cache else None
+            st, bad = busy.measure(lambda: time_call(fn, plan.warmup, plan.repeats,
+                                                     plan.budget_s, setup=setup))
             store.add(key, {"batch": b, "heads": h, "seq": s, "head_dim": d, "pass": pas,
-                            "flops_fwd": attention_flops(b, h, s, d), "threads": used}, st)
+                            "flops_fwd": attention_flops(b, h, s, d), "threads": used,
+                            "cache": "cold" if plan.cold_cache else "hot"}, st, suspect=bad)
             prog.step(key, st)
     recheck_threads(store, plan, lambda r: _attn_fn(int(r["batch"]), int(r["heads"]),
                                                     int(r["seq"]), int(r["head_dim"]),
@@ -221,6 +292,7 @@ def _attn_fn(b: int, h: int, s: int, d: int, pas: str):
     return run
 
 
+# ---- re-measurement of multi-thread stalls ---------------------------------------------------
 def recheck_threads(store: Store, plan: Plan, make_fn, quiet: bool = False) -> int:
     """Re-measure default-thread points that ran > SUSPECT_RATIO x slower than the same
     point on 1 thread (seen here as ~8 ms stalls per call when OpenMP workers spin on a
@@ -232,14 +304,15 @@ def recheck_threads(store: Store, plan: Plan, make_fn, quiet: bool = False) -> i
         base = one.get(r["point"].rsplit(":t", 1)[0])
         if base is None or r["median_s"] <= SUSPECT_RATIO * base["median_s"]:
             continue
-        params = {k: v for k, v in r.items() if k not in _STAT_KEYS}
+        params = {k: v for k, v in r.items() if k not in STAT_KEYS}
         st: Stats | None = None
+        setup = flush_cache if r.get("cache") == "cold" else None
         with _threads(int(r["threads"])):
             for _ in range(RETRIES):
-                st = time_call(make_fn(r), plan.warmup, plan.repeats, plan.budget_s)
+                st = time_call(make_fn(r), plan.warmup, plan.repeats, plan.budget_s, setup=setup)
                 if st.median_s <= SUSPECT_RATIO * base["median_s"]:
                     break
-        bad = st.median_s > SUSPECT_RATIO * base["median_s"]
+        bad = st.median_s > SUSPECT_RATIO * base["median_s"] or st.pressure > PRESSURE_SUSPECT
         flagged += bad
         store.add(r["point"], params, st, suspect=bad)
         if not quiet:
@@ -248,6 +321,6 @@ def recheck_threads(store: Store, plan: Plan, make_fn, quiet: bool = False) -> i
     return flagged
 
 
-_STAT_KEYS = {"point", "median_s", "p25_s", "p75_s", "iqr_s", "mean_s", "p10_s", "n_samples",
-              "suspect", "device", "torch_version", "gloo", "date", "git_revision", "python",
-              "cpu_pressure_avg60_pct"}
+STAT_KEYS = {"point", "median_s", "p25_s", "p75_s", "iqr_s", "mean_s", "p10_s", "n_samples",
+             "suspect", "cpu_pressure", "device", "torch_version", "gloo", "date",
+             "git_revision", "python", "cpu_pressure_avg60_pct"}

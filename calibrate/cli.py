@@ -50,7 +50,8 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False
     except ImportError:
         raise ComplexityError("calibration needs torch (pip install 'complexity-framework[torch]')"
                               ) from None
-    from .bench import bench_attention, bench_gemm, bench_memory, default_plan, quick_plan
+    from .bench import bench_attention, bench_gemm, default_plan, quick_plan
+    from .bench_mem import bench_memory
     from .bench_comm import bench_comm
     from .store import environment
     t0 = time.perf_counter()
@@ -94,7 +95,8 @@ def _headline(prof) -> str:
 
 # ---- argparse hook -----------------------------------------------------------------------
 def add_subcommands(subparsers) -> argparse.ArgumentParser:
-    """Add ``calibrate [fit] [--quick] --out DIR`` to the main CLI's subparsers."""
+    """Add ``calibrate [fit] [--quick] --out DIR`` and ``validate-run`` to the main CLI's
+    subparsers."""
     p = subparsers.add_parser("calibrate", help="measure this machine and fit a profile "
                               "(`calibrate fit` refits from stored measurements)")
     p.add_argument("action", nargs="?", choices=["fit"], help="refit only")
@@ -103,7 +105,54 @@ def add_subcommands(subparsers) -> argparse.ArgumentParser:
                    "./calibration): DIR/profile.json, DIR/measurements/*.parquet")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=main_calibrate)
+    add_validate_run(subparsers)
     return p
+
+
+def add_validate_run(subparsers) -> argparse.ArgumentParser:
+    """``validate-run``: train a real model here, predict it, print the signed error."""
+    p = subparsers.add_parser("validate-run", help="train a real PyTorch decoder for a few "
+                              "steps here and compare its step time with the prediction")
+    p.add_argument("--model", required=True, help="preset name or HuggingFace config.json")
+    p.add_argument("--profile", required=True, help="profile JSON from `complexity calibrate`")
+    p.add_argument("--nproc", type=int, default=1, help="data-parallel processes (DDP, gloo)")
+    p.add_argument("--micro-batch", type=int, default=1, help="sequences per process per step")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the "
+                   "model's)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (after warm-up)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps")
+    p.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
+                   help="wait up to S seconds for other load on this host to stop before "
+                   "the run (default 60; 0 = do not wait)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=main_validate_run)
+    return p
+
+
+def main_validate_run(args: argparse.Namespace) -> int:
+    """Entry for the parsed ``validate-run`` subcommand; one-line errors."""
+    import json
+
+    from .validate_run import validate_run
+    try:
+        seq = args.seq_len
+        if seq is None:
+            from simulator.workload import resolve_model
+            seq = resolve_model(args.model).seq_len
+        res = validate_run(args.model, args.profile, nproc=args.nproc,
+                           micro_batch=args.micro_batch, seq_len=seq, steps=args.steps,
+                           warmup=args.warmup, wait_quiet_s=args.wait_quiet)
+    except ComplexityError as exc:
+        print(f"complexity validate-run: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2, sort_keys=True))
+        print(res.line(), file=sys.stderr)
+    else:
+        print(res.line())
+        for note in res.notes:
+            print(f"  note: {note}")
+    return 0
 
 
 def main_calibrate(args: argparse.Namespace) -> int:

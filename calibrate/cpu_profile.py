@@ -25,7 +25,8 @@ from simulator.profile import (AttentionModel, Coefficient, GemmModel, LinkCoeff
 
 from .discover import DeviceInfo, discover
 from .fit import (AttnPoint, FitResult, GemmPoint, InterferencePoint, LinkPoint, MemPoint,
-                  fit_attention, fit_gemm, fit_interference, fit_link, fit_memory, link_model)
+                  composite_eff, fit_attention, fit_gemm, fit_interference, fit_link, fit_memory,
+                  link_model)
 from .store import FINGERPRINT_KEYS, read_rows
 
 BIG = 1e4      # upper bound for "efficiency" parameters that carry absolute rates
@@ -86,9 +87,71 @@ class ComputeFit:
     fits: Mapping[str, FitResult]
 
 
-def _memory(rows: Sequence[Mapping[str, Any]], threads: int) -> tuple[float, MemoryModel, FitResult]:
-    pts = [MemPoint(r["bytes_moved"], t_compute(r)) for r in rows]
-    f = fit_memory(pts, 1.0, bw_eff_upper=BIG)
+def _mem_pts(rows: Sequence[Mapping[str, Any]]) -> list[MemPoint]:
+    return [MemPoint(r["bytes_moved"], t_compute(r), int(r.get("kernels") or 1)) for r in rows]
+
+
+def _group(r: Mapping[str, Any]) -> str:
+    return f"{r['kernel']}:{r.get('pass') or 'fwd'}"
+
+
+def _memory(rows: Sequence[Mapping[str, Any]], threads: int
+            ) -> tuple[float, MemoryModel, dict[str, FitResult]]:
+    """Per kernel group (calibrate.bench_mem, e.g. ``layernorm:bwd``) a fit of
+    ``kernels * launch + bytes / (bw * eff)``: the device bandwidth is the copy kernel's
+    (pure streaming, eff 1); each other group's ``eff`` is its asymptotic bandwidth relative
+    to copy and its launch its own fixed per-op cost (autograd and fused-optimizer overheads
+    differ a lot between groups on a CPU). ``kind_eff`` of each op-graph family is the
+    composite of its groups (``FAMILY_MIX``); the profile's single per-op ``launch_us`` is
+    the median of the groups' launches. Older files without families: one bandwidth and
+    launch fitted to every kernel."""
+    if not any(r.get("family") for r in rows) or not any(r["kernel"] == "copy" for r in rows):
+        return _memory_single(rows, threads)
+    from .bench_mem import FAMILY_MIX
+    by: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(_group(r), []).append(r)
+    fc = fit_memory(_mem_pts(by["copy:fwd"]), 1.0, bw_eff_upper=BIG)
+    bw = fc.values["bw_eff"]
+    fits, eff, launches = {"memory": fc}, {}, [fc.values["launch_us"]]
+    for g, sel in sorted(by.items()):
+        if g == "copy:fwd" or len(sel) < 3:
+            continue
+        fits[f"memory_{g.replace(':', '_')}"] = f = fit_memory(_mem_pts(sel), bw, bw_eff_upper=BIG)
+        eff[g] = (f.values["bw_eff"], f.heldout_mape_pct)
+        if not g.startswith("first_touch"):        # not an op of the graph: no launch
+            launches.append(f.values["launch_us"])
+    what = (f"fp32, {threads} threads; bytes as simulator/workload/ops.py (optimizer: "
+            "simulator.step.optimizer_bytes_per_param) counts them")
+    kind_eff = {"copy": Coefficient(1.0, "fraction", "1.0 by construction: the device "
+                                    "bandwidth is the copy kernel's", None, fc.heldout_mape_pct)}
+    for fam, mix in FAMILY_MIX.items():
+        parts = [(b, eff[g][0]) for g, b in mix if g in eff]
+        if not parts:
+            continue
+        held = [eff[g][1] for g, _ in mix if g in eff and eff[g][1] is not None]
+        used = ", ".join(f"{g} {eff[g][0]:.3f}" for g, _ in mix if g in eff)
+        kind_eff[fam] = Coefficient(
+            composite_eff(parts), "fraction", f"bytes-weighted composite (FAMILY_MIX) of the "
+            f"fitted asymptotic efficiencies {used}, relative to copy {bw:.1f} GB/s; "
+            + _src("memory", [r for g, _ in mix for r in by.get(g, [])], what),
+            None, sum(held) / len(held) if held else None)
+    src = _src("memory", rows, f"copy (x.clone()) {what}")
+    launch = sorted(launches)[len(launches) // 2]   # median: robust to the multi-kernel groups
+    model = MemoryModel(
+        bw_eff=Coefficient(1.0, "fraction", f"1.0 by construction: the device bandwidth is the "
+                           f"fitted copy bandwidth {bw:.2f} GB/s (+/- {fc.stderr['bw_eff']:.2f}); "
+                           + src, None, fc.heldout_mape_pct),
+        launch_us=Coefficient(launch, "us", "median of the per-group fitted launch costs ("
+                              + ", ".join(f"{x:.1f}" for x in sorted(launches)) + " us); "
+                              + src, None, fc.heldout_mape_pct),
+        kind_eff=kind_eff)
+    return bw, model, fits
+
+
+def _memory_single(rows: Sequence[Mapping[str, Any]], threads: int
+                   ) -> tuple[float, MemoryModel, dict[str, FitResult]]:
+    f = fit_memory(_mem_pts(rows), 1.0, bw_eff_upper=BIG)
     src = _src("memory", rows, f"copy/add/layernorm/softmax/gelu fp32, {threads} threads")
     bw = f.values["bw_eff"]
     model = MemoryModel(
@@ -96,18 +159,34 @@ def _memory(rows: Sequence[Mapping[str, Any]], threads: int) -> tuple[float, Mem
                            f"fitted {bw:.2f} GB/s (+/- {f.stderr['bw_eff']:.2f}); {src}",
                            None, f.heldout_mape_pct),
         launch_us=f.coefficient("launch_us", "us", src))
-    return bw, model, f
+    return bw, model, {"memory": f}
+
+
+def training_gemm_rows(rows: Sequence[Mapping[str, Any]], by: str = "") -> list[Mapping[str, Any]]:
+    """The cold-cache points (as kernels run inside a training step) where there are any,
+    per value of column ``by`` (e.g. per memory kernel); hot points elsewhere (files from
+    older calibrations, the optimizer points)."""
+    out: list[Mapping[str, Any]] = []
+    for key in dict.fromkeys(r.get(by) if by else None for r in rows):
+        sel = [r for r in rows if (r.get(by) if by else None) == key]
+        cold = [r for r in sel if r.get("cache") == "cold"]
+        out += cold if cold else sel
+    return out
 
 
 def _gemm(rows: Sequence[Mapping[str, Any]], mem_bw: float, threads: int
           ) -> tuple[dict[str, float], GemmModel, dict[str, FitResult]]:
+    rows = training_gemm_rows(rows)
+    cold = any(r.get("cache") == "cold" for r in rows)
+
     def pts(dt: str) -> list[GemmPoint]:
         return [GemmPoint(r["m"], r["n"], r["k"], t_compute(r), 2 if dt == "bf16" else 4)
                 for r in rows if r["dtype"] == dt]
     fp32 = [r for r in rows if r["dtype"] == "fp32"]
     f32 = fit_gemm(pts("fp32"), 1.0, 0, mem_bw, 0, 0, eff_max_upper=BIG)
-    src = _src("gemm", fp32, f"torch.mm fp32, {threads} threads; peak 1.0 TF placeholder, so "
-               "eff_max = asymptotic TFLOP/s")
+    how = ("cold caches, NT/NN/TN layouts of the transformer GEMMs" if cold else "hot caches")
+    src = _src("gemm", fp32, f"torch.mm fp32, {threads} threads, {how}; peak 1.0 TF "
+               "placeholder, so eff_max = asymptotic TFLOP/s")
     peaks, fits = {"fp32": f32.values["eff_max"]}, {"gemm_fp32": f32}
     eff = {"fp32": _unit_eff(f32, "fp32", src)}
     if len(pts("bf16")) >= 2:
@@ -152,14 +231,15 @@ def _attention(rows: Sequence[Mapping[str, Any]], peak_fp32: float, launch_us: f
 def fit_compute(m: Measurements, threads: int) -> ComputeFit:
     """GEMM, memory and attention fits for the rows measured with ``threads`` threads."""
     pick = lambda rows: [r for r in rows if r["threads"] == threads]
-    mem_rows, gemm_rows, attn_rows = pick(m.memory), pick(m.gemm), pick(m.attention)
+    mem_rows = training_gemm_rows(pick(m.memory), by="kernel")
+    gemm_rows, attn_rows = pick(m.gemm), training_gemm_rows(pick(m.attention))
     if not (mem_rows and gemm_rows and attn_rows):
         raise InvalidInputError("threads", threads, "a thread count present in gemm, memory "
                                 "and attention measurements")
     bw, memory, fm = _memory(mem_rows, threads)
     peaks, gemm, fg = _gemm(gemm_rows, bw, threads)
     attention, fa = _attention(attn_rows, peaks["fp32"], memory.launch_us.value, threads)
-    return ComputeFit(peaks, bw, gemm, memory, attention, {"memory": fm, **fg, **fa})
+    return ComputeFit(peaks, bw, gemm, memory, attention, {**fm, **fg, **fa})
 
 
 # ---- communication -------------------------------------------------------------------------
@@ -205,11 +285,19 @@ def other_ops_error_pct(rows: Sequence[Mapping[str, Any]], f: FitResult) -> dict
 
 
 def fit_overlap(rows: Sequence[Mapping[str, Any]]) -> tuple[Coefficient, FitResult]:
-    pts = [InterferencePoint(r["alone_s"], r["median_s"]) for r in rows]   # both medians
+    span = [r for r in rows if r.get("mode") == "span"]
+    if span:
+        pts = [InterferencePoint(r["alone_s"], r["median_s"], r["comm_alone_s"]) for r in span]
+        what = ("a loop of torch.mm lasting ~2x a gloo all_reduce, timed alone and with the "
+                "all_reduce in flight (async, as DDP overlaps buckets), 1 thread per rank; "
+                "slowdown - 1 = extra compute time / overlapped time")
+        rows = span
+    else:
+        pts = [InterferencePoint(r["alone_s"], r["median_s"]) for r in rows]
+        what = ("torch.mm timed alone vs while an async gloo all_reduce is in flight, 1 "
+                "thread per rank")
     f = fit_interference(pts)
-    return f.coefficient("slowdown", "multiplier", _src(
-        "interference", rows, "torch.mm timed alone vs while an async gloo all_reduce is in "
-        "flight, 1 thread per rank")), f
+    return f.coefficient("slowdown", "multiplier", _src("interference", rows, what)), f
 
 
 # ---- assembly ------------------------------------------------------------------------------
@@ -260,21 +348,21 @@ def fit_profiles(out_dir: Path, info: DeviceInfo | None = None) -> dict[str, Pro
 
 
 def per_kernel_bandwidth(rows: Sequence[Mapping[str, Any]], threads: int) -> dict[str, float]:
-    """Fitted GB/s of each memory-bound kernel alone (the profile holds one bandwidth)."""
+    """Fitted GB/s (op-graph bytes) of each memory-bound kernel and pass alone."""
     out = {}
-    for k in sorted({r["kernel"] for r in rows}):
-        sel = [MemPoint(r["bytes_moved"], t_compute(r)) for r in rows
-               if r["kernel"] == k and r["threads"] == threads]
+    for k, pas in sorted({(r["kernel"], r.get("pass") or "fwd") for r in rows}):
+        sel = _mem_pts([r for r in rows if r["kernel"] == k and (r.get("pass") or "fwd") == pas
+                        and r["threads"] == threads])
         if len(sel) >= 3:
-            out[k] = fit_memory(sel, 1.0, bw_eff_upper=BIG).values["bw_eff"]
+            out[f"{k} {pas}"] = fit_memory(sel, 1.0, bw_eff_upper=BIG).values["bw_eff"]
     return out
 
 
 def _extra_notes(m: Measurements, threads: int, fl: FitResult) -> str:
     kb = per_kernel_bandwidth(m.memory, threads)
     oe = other_ops_error_pct(m.collectives, fl)
-    return (" Memory-bound kernels differ a lot on a CPU; per-kernel fitted GB/s: "
-            + ", ".join(f"{k} {v:.1f}" for k, v in kb.items())
+    return (" Memory-bound kernels differ a lot on a CPU; per-kernel fitted GB/s (op-graph "
+            "bytes): " + ", ".join(f"{k} {v:.1f}" for k, v in kb.items())
             + ". Host-link (all_reduce fit) MAPE on other gloo ops: "
             + ", ".join(f"{k} {v:.0f}%" for k, v in oe.items()) + ".")
 

@@ -57,10 +57,12 @@ class GemmPoint:
 
 @dataclass(frozen=True)
 class MemPoint:
-    """One bandwidth-bound kernel moving ``bytes_moved`` bytes (read + write) in ``time_s``."""
+    """One bandwidth-bound op moving ``bytes_moved`` bytes (read + write) in ``time_s``,
+    launched as ``kernels`` kernels (``memory_time_s``'s ``kernels``)."""
 
     bytes_moved: float
     time_s: float
+    kernels: int = 1
 
 
 @dataclass(frozen=True)
@@ -263,10 +265,11 @@ MEMORY_PARAMS = ("bw_eff", "launch_us")
 
 
 def memory_model(mem_bw_gbytes_per_s: float) -> Model:
-    """The formula of ``simulator.cost.memory_time_s`` for one kernel:
-    ``launch + bytes / (mem_bw * bw_eff)``."""
+    """The formula of ``simulator.cost.memory_time_s``:
+    ``kernels * launch + bytes / (mem_bw * bw_eff)``."""
     def model(p: Mapping[str, float], r: MemPoint) -> float:
-        return p["launch_us"] * 1e-6 + r.bytes_moved / (mem_bw_gbytes_per_s * 1e9 * p["bw_eff"])
+        return r.kernels * p["launch_us"] * 1e-6 \
+            + r.bytes_moved / (mem_bw_gbytes_per_s * 1e9 * p["bw_eff"])
     return model
 
 
@@ -281,6 +284,13 @@ def fit_memory(rows: Sequence[MemPoint], mem_bw_gbytes_per_s: float,
     starts = [{"launch_us": 0.5}, {"launch_us": 50.0}]
     return robust_fit(spec, memory_model(mem_bw_gbytes_per_s), rows, fixed or {},
                       lambda r: r.bytes_moved, starts)
+
+
+def composite_eff(parts: Sequence[tuple[float, float]]) -> float:
+    """Efficiency of a mix of kernels that move ``bytes`` each at efficiency ``eff``:
+    ``sum(bytes) / sum(bytes / eff)`` (the bandwidth the mix achieves as a whole)."""
+    total = sum(b for b, _ in parts)
+    return total / sum(b / e for b, e in parts)
 
 
 # ---- fused attention -----------------------------------------------------------------------
@@ -380,17 +390,23 @@ def link_coefficients(fit: FitResult, source: str,
 # ---- overlap interference ------------------------------------------------------------------
 @dataclass(frozen=True)
 class InterferencePoint:
-    """Compute kernel time alone (``alone_s``) and while a collective runs (``time_s``)."""
+    """Compute time alone (``alone_s``) and while a collective runs (``time_s``); with
+    ``comm_s`` (the collective alone) the overlap lasts ``min(comm_s, alone_s)``, else the
+    collective is assumed to cover the whole compute."""
 
     alone_s: float
     time_s: float
+    comm_s: float | None = None
 
 
 def fit_interference(rows: Sequence[InterferencePoint]) -> FitResult:
-    """Fit ``slowdown`` in ``t_overlapped = slowdown * t_alone`` (the profile's
-    ``overlap_slowdown``, a dimensionless multiplier >= ~1)."""
+    """Fit ``slowdown`` (the profile's ``overlap_slowdown``, a multiplier >= ~1) in
+    ``t_overlapped = t_alone + (slowdown - 1) * overlap``, the extra time
+    ``simulator.layer_time.interference_s`` charges; ``overlap = min(comm_s, t_alone)``
+    (``t_alone`` without ``comm_s``, i.e. ``t_overlapped = slowdown * t_alone``)."""
     spec = _Spec(("slowdown",), (1.1,), (0.5,), (20.0,))
 
     def model(p: Mapping[str, float], r: InterferencePoint) -> float:
-        return p["slowdown"] * r.alone_s
+        overlap = r.alone_s if r.comm_s is None else min(r.comm_s, r.alone_s)
+        return r.alone_s + (p["slowdown"] - 1.0) * overlap
     return robust_fit(spec, model, rows, {}, lambda r: r.alone_s)

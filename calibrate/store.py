@@ -9,6 +9,7 @@ calibration keeps what it measured; a re-run skips points whose ``point`` key is
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 import sys
@@ -61,7 +62,9 @@ def environment(device: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Stats:
-    """Timing statistics of one point, seconds."""
+    """Timing statistics of one point, seconds. ``pressure``: fraction of the timing window
+    in which some task on this host waited for a CPU (Linux PSI), i.e. how much other load
+    competed with the measurement (0 where PSI is unavailable)."""
 
     median_s: float
     p25_s: float
@@ -69,21 +72,86 @@ class Stats:
     n_samples: int
     mean_s: float = 0.0
     p10_s: float = 0.0
+    pressure: float = 0.0
 
     @property
     def iqr_s(self) -> float:
         return self.p75_s - self.p25_s
 
 
+def cpu_pressure_total_us() -> int | None:
+    """Linux PSI: cumulative microseconds in which some task waited for a CPU."""
+    try:
+        with open("/proc/pressure/cpu") as fh:
+            first = fh.readline().split()
+        return int(next(f.split("=")[1] for f in first if f.startswith("total=")))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+class PressureMeter:
+    """Fraction of wall time with CPU pressure between ``start()`` and ``stop()``."""
+
+    def start(self) -> "PressureMeter":
+        self.p0, self.t0 = cpu_pressure_total_us(), time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        p1, wall = cpu_pressure_total_us(), time.perf_counter() - self.t0
+        if self.p0 is None or p1 is None or wall <= 0:
+            return 0.0
+        return max(0.0, (p1 - self.p0) / (wall * 1e6))
+
+
+def host_busy_s() -> float | None:
+    """Seconds of CPU time all CPUs of this host spent busy since boot (``/proc/stat``:
+    everything but idle and iowait, hypervisor steal included)."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [float(x) for x in fh.readline().split()[1:]]
+        return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ForeignLoadMeter:
+    """CPU time other processes used during a window, as a fraction of the host's CPUs:
+    ``(host busy - own busy) / (wall * cpus)``. Unlike PSI it does not count this job's own
+    threads waiting for each other (gloo's helper threads in a DDP run). ``own_s`` of
+    several processes is summed by the caller (``foreign(own_total_s)``)."""
+
+    def start(self) -> "ForeignLoadMeter":
+        self.h0, self.o0, self.t0 = host_busy_s(), time.process_time(), time.perf_counter()
+        return self
+
+    def stop(self) -> tuple[float, float]:
+        """(own CPU seconds of this process, wall seconds) since ``start()``."""
+        self.h1, self.wall = host_busy_s(), time.perf_counter() - self.t0
+        return time.process_time() - self.o0, self.wall
+
+    def foreign(self, own_total_s: float) -> float:
+        if self.h0 is None or self.h1 is None or self.wall <= 0:
+            return 0.0
+        cpus = os.cpu_count() or 1
+        return max(0.0, (self.h1 - self.h0 - own_total_s) / (self.wall * cpus))
+
+
 def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
-              sync: Callable[[], Any] | None = None) -> Stats:
+              sync: Callable[[], Any] | None = None,
+              setup: Callable[[], Any] | None = None) -> Stats:
     """Run ``fn`` ``warmup`` times, then time up to ``repeats`` calls (at least 3) or until
-    ``budget_s`` seconds have passed; ``sync`` (e.g. a CUDA synchronize) runs around each."""
+    ``budget_s`` seconds have passed; ``sync`` (e.g. a CUDA synchronize) runs around each;
+    ``setup`` (e.g. a cache flush) runs untimed before each call."""
     for _ in range(warmup):
+        if setup:
+            setup()
         fn()
     samples: list[float] = []
+    meter = PressureMeter().start()
     start = time.perf_counter()
     while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
+        if setup:
+            setup()
         if sync:
             sync()
         t0 = time.perf_counter()
@@ -91,13 +159,14 @@ def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
         if sync:
             sync()
         samples.append(time.perf_counter() - t0)
-    return stats_of(samples)
+    return stats_of(samples, meter.stop())
 
 
-def stats_of(samples: list[float]) -> Stats:
+def stats_of(samples: list[float], pressure: float = 0.0) -> Stats:
     a = np.asarray(samples, dtype=float)
     p10, p25, med, p75 = np.percentile(a, [10, 25, 50, 75])
-    return Stats(float(med), float(p25), float(p75), len(samples), float(a.mean()), float(p10))
+    return Stats(float(med), float(p25), float(p75), len(samples), float(a.mean()), float(p10),
+                 float(pressure))
 
 
 class Store:
@@ -120,7 +189,8 @@ class Store:
         """Add (or replace) one point and persist the file."""
         row = {"point": point, **params, "median_s": st.median_s, "p25_s": st.p25_s,
                "p75_s": st.p75_s, "iqr_s": st.iqr_s, "mean_s": st.mean_s, "p10_s": st.p10_s,
-               "n_samples": st.n_samples, "suspect": suspect, **self.env}
+               "n_samples": st.n_samples, "cpu_pressure": st.pressure, "suspect": suspect,
+               **self.env}
         self.rows = [r for r in self.rows if r["point"] != point] + [row]
         self.done.add(point)
         self.flush()
@@ -128,7 +198,8 @@ class Store:
     def flush(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".parquet.tmp")
-        pq.write_table(pa.Table.from_pylist(self.rows), tmp)
+        keys = list(dict.fromkeys(k for r in self.rows for k in r))   # union, first-seen order
+        pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in self.rows]), tmp)
         tmp.replace(self.path)
 
 
@@ -152,4 +223,6 @@ class Progress:
         if self.quiet:
             return
         t = "resumed" if st is None else f"{st.median_s * 1e3:.3f} ms (IQR {st.iqr_s * 1e3:.3f})"
+        if st is not None and st.pressure >= 0.01:
+            t += f" [host CPU pressure {100 * st.pressure:.0f}%]"
         print(f"[{self.bench} {self.i}/{self.total}] {label}: {t}", file=sys.stderr, flush=True)

@@ -53,8 +53,9 @@ class GemmModel:
 class MemoryModel:
     """Bandwidth-bound kernels: ``t = launch + bytes / (mem_bw * eff)``.
 
-    ``eff`` is ``kind_eff[kind]`` when the profile measured that kind of kernel ("norm",
-    "softmax", "elementwise", "copy"; see ``workload.ops.Op.mem_kind``), else ``bw_eff``.
+    ``eff`` is ``kind_eff[kind]`` when the profile measured that kind of kernel (see
+    ``workload.ops.Op.mem_kind``: "norm", "softmax", "elementwise", "activation", "copy",
+    "optimizer"; CPU calibration also writes "residual" and "first_touch"), else ``bw_eff``.
     """
 
     bw_eff: Coefficient

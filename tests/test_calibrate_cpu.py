@@ -160,3 +160,37 @@ def test_quick_calibration_end_to_end(tmp_path: Path):
     assert prof.node.scale_up.kind.value == "host"
     names = {p.stem for p in res.measurements}
     assert names == {"gemm", "memory", "attention", "collectives", "interference"}
+
+
+def test_family_efficiencies_and_span_interference_recovered(tmp_path: Path):
+    """Memory families (op-graph bytes, per-group launch) and the span interference design:
+    synthetic rows made with known coefficients come back out of fit_profiles."""
+    rng = np.random.default_rng(11)
+    _synthetic(tmp_path, rng)
+    noise = lambda: float(np.exp(rng.normal(0, 0.02)))
+    bw = 50e9
+    groups = {("copy", "fwd"): ("copy", 8.0, 1, 1.0, 3e-6),
+              ("layernorm", "fwd"): ("norm", 8.0, 1, 0.4, 6e-6),
+              ("layernorm", "bwd"): ("norm", 16.0, 1, 0.8, 15e-6),
+              ("adamw", "step"): ("optimizer", 28.0, 4, 0.6, 8e-6)}
+    mem = []
+    for (k, pas), (fam, per, kern, eff, launch) in groups.items():
+        for e in (2 ** i for i in range(12, 23)):
+            t = kern * launch + per * e / (bw * eff)
+            mem.append({"point": f"{k}:{e}:{pas}", "kernel": k, "elems": e, "pass": pas,
+                        "family": fam, "bytes_moved": per * e, "kernels": kern, "threads": 2,
+                        "cache": "cold", "median_s": t * noise()})
+    inter = [{"point": f"span{i}", "gemm_n": 256, "allreduce_bytes": 1e6, "n_ranks": 2,
+              "mode": "span", "alone_s": a, "alone_iqr_s": 0.0, "comm_alone_s": c,
+              "median_s": (a + 0.8 * min(a, c)) * noise()}
+             for i, (a, c) in enumerate(((0.01, 0.005), (0.02, 0.01), (0.04, 0.02),
+                                         (0.06, 0.03), (0.05, 0.08)))]
+    _write(tmp_path, "memory", mem)
+    _write(tmp_path, "interference", inter)
+    prof = fit_profiles(tmp_path, FAKE)["profile.json"]
+    assert prof.device.mem_bw_gbytes_per_s == pytest.approx(50.0, rel=0.05)
+    assert prof.memory.kind_eff["norm"].value == pytest.approx(24 / (8 / 0.4 + 16 / 0.8), rel=0.05)
+    assert prof.memory.kind_eff["optimizer"].value == pytest.approx(0.6, rel=0.05)
+    assert prof.memory.kind_eff["copy"].value == 1.0
+    assert prof.overlap_slowdown.value == pytest.approx(1.8, rel=0.05)
+    assert 3.0 <= prof.memory.launch_us.value <= 15.0      # median of the group launches

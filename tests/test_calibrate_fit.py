@@ -130,3 +130,22 @@ def _gpu_and_profile(bw_eff: float, launch_us: float, attn: float = 0.5):
                    attention=AttentionModel(fwd_eff={"bf16": c(attn)}, bwd_eff={"bf16": c(attn)}),
                    links={}, overlap_slowdown=c(1.0), step_overhead_s=c(0.0))
     return gpu, prof
+
+
+def test_fit_interference_span_recovers_slowdown():
+    """Span design: compute covering the collective; extra = (slowdown - 1) * min(comm, alone)."""
+    from calibrate.fit import InterferencePoint
+    rng = np.random.default_rng(RNG_SEED)
+    pts = []
+    for alone, comm in ((0.01, 0.004), (0.02, 0.01), (0.05, 0.02), (0.03, 0.05), (0.08, 0.03)):
+        t = alone + 0.7 * min(comm, alone)
+        pts.append(InterferencePoint(alone, t * float(np.exp(rng.normal(0.0, 0.01))), comm))
+    f = fit_interference(pts)
+    assert f.values["slowdown"] == pytest.approx(1.7, rel=0.05)
+
+
+def test_composite_efficiency_is_bandwidth_of_the_mix():
+    from calibrate.fit import composite_eff
+    # 8 B at eff 0.5 and 24 B at eff 1.5: time 16 + 16 = 32 units for 32 B -> 1.0
+    assert composite_eff([(8.0, 0.5), (24.0, 1.5)]) == pytest.approx(1.0)
+    assert composite_eff([(5.0, 0.3)]) == pytest.approx(0.3)
