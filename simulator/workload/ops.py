@@ -211,7 +211,7 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     rows = -(-T // groups)
     ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
     act_in, act_out = T * up_n, T * f
-    ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab, kind="activation"))
+    ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab))
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
     return ops
 
