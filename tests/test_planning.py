@@ -194,6 +194,7 @@ def _run(capsys, *argv):
 
 
 def test_cli_plan_json_and_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")          # the PNG needs the optional plot extra
     png = tmp_path / "plan.png"
     rc, out, _ = _run(capsys, "plan", "--model", "small-6l-512", "--gpu", "h100-sxm",
                       "--tokens", "100B", "--gpus", "16", "--global-batch", "64", "--price", "2",
@@ -215,6 +216,7 @@ def test_cli_plan_window(capsys):
 
 
 def test_cli_compare_table_and_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")          # the PNG needs the optional plot extra
     png = tmp_path / "compare.png"
     rc, out, _ = _run(capsys, "compare", "--model", "small-6l-512", "--tokens", "1e11",
                       "--gpu-list", "h100-sxm,h200-sxm", "--gpus-list", "16",
@@ -225,6 +227,7 @@ def test_cli_compare_table_and_png(capsys, tmp_path):
 
 
 def test_cli_scaling_whatif_bottleneck(capsys, tmp_path):
+    pytest.importorskip("matplotlib")          # the PNG needs the optional plot extra
     rc, out, _ = _run(capsys, "scaling", "--model", "small-6l-512", "--gpu", "h100-sxm",
                       "--gpus", "8..32", "--global-batch", "64", "--workers", "1", "--json",
                       "--plot", str(tmp_path / "s.png"))

@@ -244,6 +244,7 @@ def _run(capsys, *argv):
 
 
 def test_cli_search_json(capsys, tmp_path):
+    pytest.importorskip("matplotlib")          # the PNG needs the optional plot extra
     png = tmp_path / "space.png"
     rc, out, _ = _run(capsys, "search", "--model", "small-6l-512", "--gpu", "h100-sxm",
                       "--gpus", "8,16", "--global-batch", "64", "--top", "4", "--workers", "1",
