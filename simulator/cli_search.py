@@ -458,12 +458,17 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_whatif)
 
 
-def run_whatif(a: argparse.Namespace) -> int:
+def _one_plan_context(a: argparse.Namespace):
+    """(model, catalog, cluster, profile, plan) of a single-plan command."""
     model = resolve_model(a.model, a.seq_len)
     cat = _catalog(a, a.nic_gbps)
     cluster = cat.cluster(HardwareChoice(a.gpu, a.gpus))
     prof = cat.profile(cluster.gpu.key)
-    plan = _resolve_plan(a, model, cluster, prof)
+    return model, cat, cluster, prof, _resolve_plan(a, model, cluster, prof)
+
+
+def run_whatif(a: argparse.Namespace) -> int:
+    model, cat, cluster, prof, plan = _one_plan_context(a)
 
     def rebuild(gbps, nics):
         return cat.cluster(HardwareChoice(a.gpu, a.gpus, gbps or a.nic_gbps, nics or a.nics_per_node))
@@ -483,11 +488,7 @@ def _bottleneck_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_bottleneck(a: argparse.Namespace) -> int:
-    model = resolve_model(a.model, a.seq_len)
-    cat = _catalog(a, a.nic_gbps)
-    cluster = cat.cluster(HardwareChoice(a.gpu, a.gpus))
-    prof = cat.profile(cluster.gpu.key)
-    plan = _resolve_plan(a, model, cluster, prof)
+    model, _, cluster, prof, plan = _one_plan_context(a)
     from .api import simulate
     rep = bottleneck_report(model, plan, cluster, prof, simulate(model, plan, cluster, prof, engine=a.engine))
     if a.json:
