@@ -165,14 +165,15 @@ def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
                 pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p)
 
 
-def candidate_plans(row: Mapping[str, str], base: Plan, fw: FrameworkDefaults,
-                    model: TransformerSpec) -> Iterable[tuple[Plan, str]]:
-    """Plans for every combination of the empty tunable cells, with a 'chosen' note."""
+def candidate_plans(row: Mapping[str, str], base: Plan,
+                    fw: FrameworkDefaults) -> Iterable[tuple[Plan, str]]:
+    """Plans for every combination of the empty tunable cells, with a 'chosen' note.
+
+    An empty vpp keeps the frameworks' default, the non-interleaved schedule (Megatron's
+    --num-layers-per-virtual-pipeline-stage defaults to None), so it is not searched.
+    """
     mbs = [base.micro_batch] if _int(row, "micro_batch") else \
         [b for b in (1, 2, 4, 8) if (base.global_batch // base.dp) % b == 0]
-    # empty vpp: the frameworks' default is the non-interleaved schedule (Megatron's
-    # --num-layers-per-virtual-pipeline-stage defaults to None)
-    vpps = [base.vpp]
     recs = [base.recompute.value] if (row.get("recompute") or "").strip() else ["none", "selective", "full"]
     sp_given = _bool(row, "sequence_parallel")
     if base.tp == 1:
@@ -182,13 +183,10 @@ def candidate_plans(row: Mapping[str, str], base: Plan, fw: FrameworkDefaults,
     else:
         sps = [fw.sp_with_tp] if fw.sp_with_tp is not None else [True, False]
     for mb in mbs:
-        for v in vpps:
-            for rc in recs:
-                for sp in sps:
-                    p = replace(base, micro_batch=mb, vpp=v, recompute=rc, sequence_parallel=sp,
-                                schedule="interleaved" if v > 1 else "1f1b")
-                    yield p, _chosen_note(row, p)
-
+        for rc in recs:
+            for sp in sps:
+                p = replace(base, micro_batch=mb, recompute=rc, sequence_parallel=sp)
+                yield p, _chosen_note(row, p)
 
 
 def _chosen_note(row: Mapping[str, str], p: Plan) -> str:
@@ -235,7 +233,7 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     base = base_plan(row, fw)
     best: tuple[float, Result, str] | None = None
     fallback: tuple[float, Result, str] | None = None
-    for plan, note in candidate_plans(row, base, fw, model):
+    for plan, note in candidate_plans(row, base, fw):
         try:
             r = simulate(model, plan, cluster, prof)
         except InvalidInputError:
