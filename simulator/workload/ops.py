@@ -286,7 +286,13 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     v = -(-m.vocab // sh.tp)
     ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
     ops += _enter_tp("final_ln_allgather", m, sh, "logits")
-    ops.append(_gemm("logits", T, v, h, sh, saved=Ts * h * ab))
+    # The output layer stays 16-bit in FP8 training: FP8 frameworks quantise only the
+    # decoder layers' linears (Megatron-Core's output_layer is a plain
+    # tensor_parallel.ColumnParallelLinear outside Transformer Engine's fp8_autocast;
+    # llm-foundry's tied LM head is F.linear on the embedding; TE's guidance keeps the
+    # first and last layers in higher precision).
+    head_sh = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
+    ops.append(_gemm("logits", T, v, h, head_sh, saved=Ts * h * ab))
     # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32: upcast (2 B read,
     # 4 B write), max, subtract, exp, sum, normalise and target gather (~7 more fp32 passes):
     # ~34 B per logit forward; backward (softmax - one-hot, scale, downcast) ~22 B. The
