@@ -11,6 +11,8 @@ CSV line numbers count the header as line 1 (``sed -n Np`` shows line N).
 """
 from __future__ import annotations
 
+import math
+
 import json
 import sys
 from dataclasses import dataclass
@@ -188,10 +190,59 @@ def scaled_k_half(key: str, ref: GemmRef) -> GemmRef:
     return GemmRef(eff=ref.eff, k_half=kh, launch_us=ref.launch_us, fits=ref.fits)
 
 
+def scaled_k_half_from(key: str, base_key: str, base: Coefficient) -> Coefficient:
+    """``k_half`` transferred from ``base_key`` by datasheet ratios (see ``scaled_k_half``)."""
+    a, ds = DATASHEET[base_key], DATASHEET[key]
+    pa = a.peak.get("bf16", a.peak.get("fp16"))
+    peak = ds.peak.get("bf16", ds.peak.get("fp16"))
+    tensor = (peak / ds.sm_count) / (pa / a.sm_count)
+    mem = (ds.mem_bw_gbytes_per_s / ds.sm_count) / (a.mem_bw_gbytes_per_s / a.sm_count)
+    src = (f"{base_key} value {base.value:.0f} x tensor-rate/SM ratio {tensor:.2f} / "
+           f"memory-bandwidth/SM ratio {mem:.2f} ({key} vs {base_key} datasheets: {ds.cite}; "
+           f"{a.cite}); {base_key}: {base.source}")
+    return Coefficient(base.value * tensor / mem, "elements", src,
+                       base.stderr * tensor / mem if base.stderr else None)
+
+
+def fit_gh100_k_half(extra: Sequence[Row]) -> Coefficient:
+    """``k_half`` of Hopper cuBLAS from a measured H100 shape sweep (kernels_extra.csv).
+
+    As on A100, a sweep gives the shape of the curve and the MAMF row the level. Rows whose
+    output has fewer 128x128 tiles than the GPU has SMs are left out: the persistent-kernel
+    model (no wave quantization) has no term for idle SMs, so they would bias ``k_half``.
+    """
+    ds = DATASHEET["h100-sxm"]
+    rows = [r for r in select(extra, lambda d: d["gpu"] == "H100 SXM"
+                              and "triton-lang/triton" in d["source"])
+            if math.ceil(_shape(r)[0] / TILE) * math.ceil(_shape(r)[1] / TILE) >= ds.sm_count]
+    fit = fit_gemm(_gemm_points(rows, 2), ds.peak["fp16"], ds.sm_count,
+                   ds.mem_bw_gbytes_per_s * MEMORY_BW_EFF, 0, 0, fixed={"launch_us": LAUNCH_US})
+    shapes = ", ".join(f"{r.data['shape_MxNxK']} {float(r.data['value']):.0f} TF" for r in rows)
+    src = (f"fit of cost.gemm_time_core_s (no wave quantization, {ds.sm_count} SMs, peak "
+           f"{ds.peak['fp16']} TF [{ds.cite}], launch fixed at {LAUNCH_US:g} us) to {cite(rows)} "
+           f"(H100 cuBLAS fp16 sweep, triton-lang/triton#2339, 2023: {shapes}; rows with fewer "
+           f"output tiles than SMs excluded); the sweep's own level (eff_max "
+           f"{fit.values['eff_max']:.3f}) is not used: the level comes from the MAMF row")
+    return fit.coefficient("k_half", "elements", src)
+
+
 def gemm_for(key: str, kern: Sequence[Row], extra: Sequence[Row], ref: GemmRef) -> GemmModel:
-    """GemmModel per GPU: measured where a row exists, transferred (and said so) elsewhere."""
+    """GemmModel per GPU: measured where a row exists, transferred (and said so) elsewhere.
+
+    ``k_half``: measured on A100 (2020 blog sweep) and on H100 (cuBLAS sweep); H200 shares
+    the H100 die; Blackwell transfers it from H100, the nearest measured architecture.
+    """
     ds = DATASHEET[key]
-    ref = scaled_k_half(key, ref)
+    if key in ("h100-sxm", "h200-sxm", "b200", "gb200"):
+        gh = fit_gh100_k_half(extra)
+        if key == "h200-sxm":
+            gh = Coefficient(gh.value, gh.unit, "H200 = H100 compute (same GH100 die): "
+                             + gh.source, gh.stderr)
+        elif key in ("b200", "gb200"):
+            gh = scaled_k_half_from(key, "h100-sxm", gh)
+        ref = GemmRef(eff=ref.eff, k_half=gh, launch_us=ref.launch_us, fits=ref.fits)
+    else:
+        ref = scaled_k_half(key, ref)
     eff = dict(ref.eff)
     if key == "v100-sxm-32gb":
         eff = {d: _transfer(ref.eff[s], "V100 (no V100 GEMM microbenchmark row)")
