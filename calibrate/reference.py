@@ -160,8 +160,62 @@ def realistic(c: Coefficient) -> Coefficient:
                        c.stderr * f if c.stderr else c.stderr, c.heldout_error_pct)
 
 
+# Sustained (power-limited) GEMM level: MSMF rows (kernels_extra.csv) over the MAMF row the
+# level is solved from. Per profile key and dtype: (MSMF gpu label, MAMF gpu label, why).
+SUSTAINED = {
+    ("h100-sxm", "bf16"): ("H200 SXM", "H100 SXM", "MSMF measured on H200 (same GH100 compute "
+                           "die, same 700 W limit and bf16 peak as H100 SXM); the MAMF author "
+                           "files H200 bf16 under the H100 row"),
+    ("h100-sxm", "fp8"): ("H200 SXM", "H200 SXM", "MSMF measured on H200 (same GH100 die and "
+                          "700 W limit)"),
+    ("h200-sxm", "bf16"): ("H200 SXM", "H100 SXM", "the MAMF author files H200 bf16 under the "
+                           "H100 row"),
+    ("h200-sxm", "fp8"): ("H200 SXM", "H200 SXM", ""),
+    ("b200", "bf16"): ("B200 SXM", "B200 SXM", ""),
+    ("b200", "fp8"): ("B200 SXM", "B200 SXM", "assumed: the bf16 ratio (no B200 fp8 MSMF row)"),
+    ("gb200", "bf16"): ("B200 SXM", "B200 SXM", "assumed: the B200 ratio (no GB200 MSMF row; "
+                        "GB200's 1200 W limit leaves more clock headroom, so this is the "
+                        "pessimistic side)"),
+    ("gb200", "fp8"): ("B200 SXM", "B200 SXM", "assumed: the B200 bf16 ratio (no GB200 MSMF row)"),
+}
+
+
+def sustained(c: Coefficient, key: str, dtype: str, kern: Sequence[Row],
+              extra: Sequence[Row]) -> Coefficient:
+    """Scale a MAMF-derived level to the clock a GPU holds at its power limit.
+
+    MAMF rows time short runs of each shape; a training step is minutes of back-to-back
+    matmuls at the power limit, where the SM clock settles lower (MSMF, the same tool's
+    sustained mode). Where no MSMF row exists (A100, V100, MI300X) the level stays as
+    measured and the profile says so.
+    """
+    spec = SUSTAINED.get((key, dtype))
+    if spec is None:
+        return c
+    msmf_gpu, mamf_gpu, why = spec
+    row_dtype = "fp8" if dtype == "fp8" else "bf16"
+    msmf = [r for r in extra if "sustainable" in r.data["metric"]
+            and r.data["gpu"] == msmf_gpu and r.data["dtype"].startswith(row_dtype)]
+    if not msmf:
+        msmf = [r for r in extra if "sustainable" in r.data["metric"]
+                and r.data["gpu"] == msmf_gpu and r.data["dtype"].startswith("bf16")]
+        mamf = _mamf(kern, mamf_gpu, "bf16", extra)
+    else:
+        mamf = _mamf(kern, mamf_gpu, row_dtype, extra)
+    f = float(msmf[0].data["value"]) / float(mamf.data["value"])
+    src = (f"{c.source}; x {f:.4f} sustained-clock factor: MSMF {msmf[0].data['value']} TF "
+           f"({msmf_gpu} {msmf[0].data['dtype']}, {cite(msmf)}, stas00 mamf-finder sustained "
+           f"mode) over the MAMF row's {mamf.data['value']} TF ({cite([mamf])})"
+           + (f"; {why}" if why else "")
+           + "; the SemiAnalysis realistic-shape figure does not say how long it ran, so if it "
+             "was already at settled clocks the two factors overlap")
+    return Coefficient(c.value * f, c.unit, src, c.stderr * f if c.stderr else c.stderr,
+                       c.heldout_error_pct)
+
+
 def _mamf(kern: Sequence[Row], gpu: str, dtype: str, file_rows: Sequence[Row] = ()) -> Row:
     rows = [r for r in [*kern, *file_rows] if "mamf" in r.data["source"].lower()
+            and "sustainable" not in r.data["metric"]
             and r.data["gpu"] == gpu and r.data["dtype"].startswith(dtype)]
     if len(rows) != 1:
         raise LookupError(f"expected one MAMF row for {gpu} {dtype}, found {len(rows)}")
@@ -249,15 +303,18 @@ def gemm_for(key: str, kern: Sequence[Row], extra: Sequence[Row], ref: GemmRef) 
                for d, s in (("fp16", "bf16"), ("fp32", "fp32"))}
     elif key in MAMF_ROWS:
         bf_gpu, fp8_gpu = MAMF_ROWS[key]
-        bf = realistic(solve_eff(_mamf(kern, bf_gpu, "bf16", extra), ds, "bf16", ref,
-                                 f"MAMF bf16 best shape, {bf_gpu}", tile_for(key)))
+        bf = sustained(realistic(solve_eff(_mamf(kern, bf_gpu, "bf16", extra), ds, "bf16", ref,
+                                           f"MAMF bf16 best shape, {bf_gpu}", tile_for(key))),
+                       key, "bf16", kern, extra)
         eff = {"bf16": bf, "fp16": _same(bf, "fp16 = bf16 (same tensor-core rate)")}
         if key in ("h100-sxm", "h200-sxm"):
-            eff["fp8"] = realistic(solve_gh100_fp8(kern, ds, ref))
+            eff["fp8"] = sustained(realistic(solve_gh100_fp8(kern, ds, ref)), key, "fp8", kern,
+                                   extra)
         elif fp8_gpu:
-            eff["fp8"] = realistic(solve_eff(_mamf(kern, fp8_gpu, "fp8"), ds, "fp8", ref,
-                                             f"MAMF fp8 e4m3 best shape, {fp8_gpu}",
-                                             tile_for(key)))
+            eff["fp8"] = sustained(realistic(solve_eff(_mamf(kern, fp8_gpu, "fp8"), ds, "fp8",
+                                                       ref, f"MAMF fp8 e4m3 best shape, "
+                                                       f"{fp8_gpu}", tile_for(key))),
+                                   key, "fp8", kern, extra)
         else:
             eff["fp8"] = _same(bf, "assumed: fp8 eff = bf16 eff (no fp8 microbenchmark row)")
         for d in ("tf32", "fp32"):
@@ -365,15 +422,20 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
 
 # ---- profiles -----------------------------------------------------------------------------
 NOTES = {
-    "h100-sxm": "nodes.md §3 also cites ~720 TF bf16 for realistic shapes (SemiAnalysis); no "
-                "shape is attached, so it is not used in the fit (the MAMF best-shape row "
-                "gives an upper bound).",
+    "h100-sxm": "GEMM level: MAMF best-shape row x realistic-shape factor (nodes.md §3, "
+                "SemiAnalysis ~720 TF) x sustained-clock factor (MSMF on H200, same die); "
+                "k_half from an H100 cuBLAS shape sweep.",
     "h200-sxm": "bf16 GEMM efficiency uses the H100 MAMF row (the MAMF author: 'H200 is the "
                 "same'); fp8 uses the H200 row.",
     "gb200": "GB200 NVLink latency terms transferred from the B200 sweep.",
     "mi300x": "MI300X GEMM from the MAMF v2 table (kernels_extra.csv, TunableOp on); links and "
               "attention are assumptions (no RCCL / attention rows in shared data).",
     "v100-sxm-32gb": "No V100 GEMM or attention microbenchmark: A100 efficiencies transferred.",
+    "a100-sxm-80gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: the "
+                     "level is the MAMF row's (short runs per shape), so it may be optimistic "
+                     "where a long run settles at the 400 W limit.",
+    "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: the "
+                     "level is the MAMF row's (short runs per shape).",
 }
 
 
