@@ -42,6 +42,8 @@ class FrameworkDefaults:
     why: str
     pp_scatter_gather: bool = True
     pp_blocking_p2p: bool = True
+    grad_accum_bytes_per_param: float = 0.0
+    zero1_allreduce: bool = False
 
 
 FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
@@ -55,7 +57,11 @@ FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
         "Megatron-DeepSpeed as used for BLOOM (2022): fused softmax attention, no sequence "
         "parallelism (added to Megatron-LM later in 2022), ZeRO-1 reduction after backward, "
         "DeepSpeed pipeline engine sends whole activations (its p2p module has no TP "
-        "scatter/gather)", pp_scatter_gather=False),
+        "scatter/gather); bf16 runs use DeepSpeed's BF16_Optimizer on ZeRO stage 0: after "
+        "every micro-batch's backward the bf16 grads are added into fp32 grads "
+        "(update_hp_grads) and zeroed, and after the flush the fp32 grads are all-reduced "
+        "(_bf16_reduce_grads) before the partitioned update and parameter all-gather",
+        pp_scatter_gather=False, grad_accum_bytes_per_param=12.0, zero1_allreduce=True),
     "megatron-core": FrameworkDefaults(
         "flash3", True, True, True,
         "Megatron-Core 2024 README: Transformer Engine (cuDNN fused) attention, --overlap-grad-reduce, "
@@ -162,7 +168,11 @@ def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
                 precision=(row.get("precision") or "bf16").strip(),
                 schedule="interleaved" if vpp > 1 else "1f1b",
                 attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
-                pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p)
+                pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p,
+                grad_accum_bytes_per_param=(fw.grad_accum_bytes_per_param
+                                            if (row.get("precision") or "").strip() == "bf16"
+                                            else 0.0),
+                zero1_allreduce=fw.zero1_allreduce and (row.get("precision") or "").strip() == "bf16")
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan,

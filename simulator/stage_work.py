@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from .hardware import ClusterSpec
 from .layer_time import PassCost, group_collective_s, interference_s, pass_cost
 from .memory import layer_activation_bytes
-from .cost import Collective
+from .cost import Collective, memory_time_s
 from .profile import Profile
 from .strategy import AttentionImpl, Plan, Recompute
 from .topology import GroupPlacement, group_strides, place_group
@@ -157,9 +157,21 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
         act += sum(o.saved_bytes for o in extra)
         largest = max(largest, max(o.saved_bytes for o in extra))
+    if plan.grad_accum_bytes_per_param > 0:
+        _add_grad_accumulation(bwd, params, plan, cluster, prof)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)
+
+
+def _add_grad_accumulation(bwd: PassCost, params: float, plan: Plan, cluster: ClusterSpec,
+                           prof: Profile) -> None:
+    """Per-micro-batch gradient accumulation outside the weight-gradient GEMM (bandwidth
+    bound, over every local parameter): ``Plan.grad_accum_bytes_per_param``."""
+    t = memory_time_s(params * plan.grad_accum_bytes_per_param, cluster.gpu, prof, kernels=2,
+                      kind="elementwise")
+    bwd.compute_s += t
+    bwd.op_times["grad_accumulation"] = bwd.op_times.get("grad_accumulation", 0.0) + t
 
 
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,

@@ -72,9 +72,11 @@ def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
                      groups: dict[str, GroupPlacement], prof: Profile) -> float:
     """Gradient reduction: dense parameters over the DP group, expert parameters over the
     expert-data-parallel group (ranks holding the same experts); all-reduce, or
-    reduce-scatter under ZeRO-1/2 (the parameter all-gather is timed separately)."""
+    reduce-scatter under ZeRO-1/2 unless ``zero1_allreduce`` (the parameter all-gather is
+    timed separately)."""
     nb = grad_reduce_bytes(plan)
-    coll = Collective.REDUCE_SCATTER if plan.zero_stage in (1, 2) else Collective.ALL_REDUCE
+    sharded = plan.zero_stage in (1, 2) and not plan.zero1_allreduce
+    coll = Collective.REDUCE_SCATTER if sharded else Collective.ALL_REDUCE
     return (group_collective_s(coll, dense_params * nb, groups["dp"], prof)
             + group_collective_s(coll, expert_params * nb, groups["edp"], prof))
 

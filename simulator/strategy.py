@@ -57,6 +57,14 @@ class Plan:
     dp_bucket_bytes: int = 0              # 0: Megatron-Core's default (see bucket_bytes)
     pp_scatter_gather: bool = True        # Megatron: each TP rank sends 1/tp of a pipeline hand-off
     pp_blocking_p2p: bool = True          # pipeline sends hold the sender's stream (no p2p overlap)
+    # Extra bytes moved per local parameter after every micro-batch's backward to accumulate
+    # gradients outside the weight-gradient GEMM (DeepSpeed's BF16_Optimizer: zero the bf16
+    # grads, then fp32 += bf16: 2 + 10 B). 0: the GEMM accumulates in place (Megatron's
+    # gradient-accumulation fusion into fp32 main_grad, PyTorch DDP/FSDP).
+    grad_accum_bytes_per_param: float = 0.0
+    # ZeRO-1 as all-reduce of the gradients + update of this rank's shard + all-gather of the
+    # parameters (DeepSpeed BF16_Optimizer on ZeRO stage 0), instead of reduce-scatter.
+    zero1_allreduce: bool = False
 
     def __post_init__(self) -> None:
         for name, enum in (("recompute", Recompute), ("precision", Dtype),
@@ -76,6 +84,9 @@ class Plan:
             raise InvalidInputError("zero_stage", self.zero_stage, "0, 1, 2 or 3")
         if self.precision == Dtype.TF32:
             raise InvalidInputError("precision", "tf32", "fp32, fp16, bf16 or fp8")
+        if self.grad_accum_bytes_per_param < 0:
+            raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
+                                   "bytes per parameter >= 0")
         if self.dp_bucket_bytes < 0:
             raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
                                     "a positive size, or 0 for the framework default")

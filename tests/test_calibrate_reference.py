@@ -58,3 +58,18 @@ def test_rebuild_is_deterministic_and_matches_shipped(tmp_path: Path):
     for key in GPU_KEYS:
         assert (tmp_path / f"{key}.json").read_bytes() == \
             (PROFILE_DIR / f"{key}.json").read_bytes(), f"{key} profile is stale"
+
+
+def test_hopper_and_blackwell_levels_are_sustained_and_a100_is_flagged():
+    """GEMM levels of GPUs with a published sustained (MSMF) measurement carry the
+    sustained-clock factor; A100 has none and its profile says so."""
+    for key in ("h100-sxm", "h200-sxm", "b200", "gb200"):
+        prof = Profile.read_json(PROFILE_DIR / f"{key}.json")
+        assert "sustained-clock factor" in prof.gemm.eff_max["bf16"].source, key
+        assert "triton-lang/triton#2339" in prof.gemm.k_half.source, key
+    h100 = Profile.read_json(PROFILE_DIR / "h100-sxm.json")
+    a100 = Profile.read_json(PROFILE_DIR / "a100-sxm-80gb.json")
+    assert "sustained-clock factor" not in a100.gemm.eff_max["bf16"].source
+    assert "MSMF" in a100.notes
+    # the sustained H100 bf16 level sits below the MAMF best shape (794.5 TF of 989.5)
+    assert h100.gemm.eff_max["bf16"].value * 989.5 < 794.5

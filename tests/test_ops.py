@@ -83,3 +83,13 @@ def test_fp8_adds_cast_passes_and_halves_saved_gemm_inputs():
     assert saved(f8) == pytest.approx(saved(bf) / 2)
     qkv = lambda ops: next(o.saved_bytes for o in ops if o.name == "qkv")
     assert qkv(bf) > qkv(f8) > qkv(bf) / 2
+
+
+def test_fp8_keeps_the_output_layer_gemm_16bit():
+    """FP8 frameworks quantise decoder linears only; the LM head runs in bf16."""
+    from simulator.workload.ops import head_ops
+    f8 = head_ops(GPT, LayerShape(1, 2048, dtype="fp8"))
+    logits = next(o for o in f8 if o.name == "logits")
+    assert logits.dtype == "bf16"
+    assert next(o for o in layer_ops(GPT, LayerShape(1, 2048, dtype="fp8"))
+                if o.name == "mlp_fc1").dtype == "fp8"

@@ -171,3 +171,30 @@ def test_plan_that_does_not_match_gpu_count_names_dp():
     with pytest.raises(InvalidInputError) as exc:
         simulate(MODEL, Plan(tp=2, dp=1, global_batch=4), cluster(8), PROFILE)
     assert exc.value.field == "dp"
+
+
+@SETTINGS
+@given(plans(), st.floats(1.0, 24.0))
+def test_gradient_accumulation_pass_is_never_faster(p, bytes_per_param):
+    """An extra per-micro-batch accumulation pass (DeepSpeed BF16_Optimizer) only adds time,
+    and adds it once per micro-batch backward."""
+    cl = cluster(p.world_size)
+    base = simulate(MODEL, p, cl, PROFILE)
+    slow = simulate(MODEL, dataclasses.replace(p, grad_accum_bytes_per_param=bytes_per_param),
+                    cl, PROFILE)
+    assert slow.step_time_s >= base.step_time_s * (1 - 1e-12)
+
+
+def test_zero1_as_allreduce_moves_more_bytes_than_reduce_scatter():
+    p = Plan(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, zero_stage=1, dp_overlap=False)
+    cl = cluster(8)
+    rs = simulate(MODEL, p, cl, PROFILE)
+    ar = simulate(MODEL, dataclasses.replace(p, zero1_allreduce=True), cl, PROFILE)
+    assert ar.breakdown.dp_comm_s > rs.breakdown.dp_comm_s
+    assert ar.step_time_s > rs.step_time_s
+
+
+def test_negative_grad_accumulation_bytes_name_the_field():
+    with pytest.raises(InvalidInputError) as exc:
+        Plan(grad_accum_bytes_per_param=-1.0)
+    assert exc.value.field == "grad_accum_bytes_per_param"
