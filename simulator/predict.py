@@ -57,7 +57,7 @@ FRAMEWORKS: Mapping[str, FrameworkDefaults] = {
         "Megatron-DeepSpeed as used for BLOOM (2022): fused softmax attention, no sequence "
         "parallelism (added to Megatron-LM later in 2022), ZeRO-1 reduction after backward, "
         "DeepSpeed pipeline engine sends whole activations (its p2p module has no TP "
-        "scatter/gather); bf16 runs use DeepSpeed's BF16_Optimizer on ZeRO stage 0: after "
+        "scatter/gather), and bf16 runs use DeepSpeed's BF16_Optimizer on ZeRO stage 0: after "
         "every micro-batch's backward the bf16 grads are added into fp32 grads "
         "(update_hp_grads) and zeroed, and after the flush the fp32 grads are all-reduced "
         "(_bf16_reduce_grads) before the partitioned update and parameter all-gather",
