@@ -11,9 +11,8 @@ CSV line numbers count the header as line 1 (``sed -n Np`` shows line N).
 """
 from __future__ import annotations
 
-import math
-
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,19 +162,19 @@ def realistic(c: Coefficient) -> Coefficient:
 # Sustained (power-limited) GEMM level: MSMF rows (kernels_extra.csv) over the MAMF row the
 # level is solved from. Per profile key and dtype: (MSMF gpu label, MAMF gpu label, why).
 SUSTAINED = {
-    ("h100-sxm", "bf16"): ("H200 SXM", "H100 SXM", "MSMF measured on H200 (same GH100 compute "
-                           "die, same 700 W limit and bf16 peak as H100 SXM); the MAMF author "
-                           "files H200 bf16 under the H100 row"),
-    ("h100-sxm", "fp8"): ("H200 SXM", "H200 SXM", "MSMF measured on H200 (same GH100 die and "
-                          "700 W limit)"),
-    ("h200-sxm", "bf16"): ("H200 SXM", "H100 SXM", "the MAMF author files H200 bf16 under the "
-                           "H100 row"),
+    ("h100-sxm", "bf16"): ("H200 SXM", "H100 SXM", ("MSMF measured on H200 (same GH100 "
+                           "compute die, same 700 W limit and bf16 peak as H100 SXM); the MAMF "
+                           "author files H200 bf16 under the H100 row")),
+    ("h100-sxm", "fp8"): ("H200 SXM", "H200 SXM", ("MSMF measured on H200 (same GH100 die and "
+                          "700 W limit)")),
+    ("h200-sxm", "bf16"): ("H200 SXM", "H100 SXM", ("the MAMF author files H200 bf16 under "
+                           "the H100 row")),
     ("h200-sxm", "fp8"): ("H200 SXM", "H200 SXM", ""),
     ("b200", "bf16"): ("B200 SXM", "B200 SXM", ""),
     ("b200", "fp8"): ("B200 SXM", "B200 SXM", "assumed: the bf16 ratio (no B200 fp8 MSMF row)"),
-    ("gb200", "bf16"): ("B200 SXM", "B200 SXM", "assumed: the B200 ratio (no GB200 MSMF row; "
+    ("gb200", "bf16"): ("B200 SXM", "B200 SXM", ("assumed: the B200 ratio (no GB200 MSMF row; "
                         "GB200's 1200 W limit leaves more clock headroom, so this is the "
-                        "pessimistic side)"),
+                        "pessimistic side)")),
     ("gb200", "fp8"): ("B200 SXM", "B200 SXM", "assumed: the B200 bf16 ratio (no GB200 MSMF row)"),
 }
 
@@ -193,15 +192,15 @@ def sustained(c: Coefficient, key: str, dtype: str, kern: Sequence[Row],
     if spec is None:
         return c
     msmf_gpu, mamf_gpu, why = spec
+    def msmf_rows(row_dtype: str) -> list[Row]:
+        return [r for r in extra if "sustainable" in r.data["metric"]
+                and r.data["gpu"] == msmf_gpu and r.data["dtype"].startswith(row_dtype)]
     row_dtype = "fp8" if dtype == "fp8" else "bf16"
-    msmf = [r for r in extra if "sustainable" in r.data["metric"]
-            and r.data["gpu"] == msmf_gpu and r.data["dtype"].startswith(row_dtype)]
-    if not msmf:
-        msmf = [r for r in extra if "sustainable" in r.data["metric"]
-                and r.data["gpu"] == msmf_gpu and r.data["dtype"].startswith("bf16")]
-        mamf = _mamf(kern, mamf_gpu, "bf16", extra)
-    else:
-        mamf = _mamf(kern, mamf_gpu, row_dtype, extra)
+    msmf = msmf_rows(row_dtype)
+    if not msmf:                  # no row for this dtype: the bf16 ratio (SUSTAINED says so)
+        row_dtype = "bf16"
+        msmf = msmf_rows(row_dtype)
+    mamf = _mamf(kern, mamf_gpu, row_dtype, extra)
     f = float(msmf[0].data["value"]) / float(mamf.data["value"])
     src = (f"{c.source}; x {f:.4f} sustained-clock factor: MSMF {msmf[0].data['value']} TF "
            f"({msmf_gpu} {msmf[0].data['dtype']}, {cite(msmf)}, stas00 mamf-finder sustained "
@@ -229,31 +228,26 @@ def scaled_k_half(key: str, ref: GemmRef) -> GemmRef:
     units of the k-loop: it grows with the SM's tensor rate and shrinks with its memory
     bandwidth, so ``k_half = k_half_A100 * (tensor/SM ratio) / (bandwidth/SM ratio)``.
     """
-    a, ds = DATASHEET["a100-sxm-80gb"], DATASHEET[key]
     if key.startswith("a100"):
         return ref
-    peak = ds.peak.get("bf16", ds.peak.get("fp16"))
-    tensor = (peak / ds.sm_count) / (a.peak["bf16"] / a.sm_count)
-    mem = (ds.mem_bw_gbytes_per_s / ds.sm_count) / (a.mem_bw_gbytes_per_s / a.sm_count)
-    k = ref.k_half.value * tensor / mem
-    src = (f"A100 fit value {ref.k_half.value:.0f} x tensor-rate/SM ratio {tensor:.2f} / "
-           f"memory-bandwidth/SM ratio {mem:.2f} ({key} vs A100 SXM datasheets: {ds.cite}; "
-           f"{a.cite}); A100 fit: {ref.k_half.source}")
-    kh = Coefficient(k, "elements", src,
-                     ref.k_half.stderr * tensor / mem if ref.k_half.stderr else None)
+    kh = scaled_k_half_from(key, "a100-sxm-80gb", ref.k_half, label="A100 fit",
+                            sheet="A100 SXM")
     return GemmRef(eff=ref.eff, k_half=kh, launch_us=ref.launch_us, fits=ref.fits)
 
 
-def scaled_k_half_from(key: str, base_key: str, base: Coefficient) -> Coefficient:
-    """``k_half`` transferred from ``base_key`` by datasheet ratios (see ``scaled_k_half``)."""
+def scaled_k_half_from(key: str, base_key: str, base: Coefficient, label: str = "",
+                       sheet: str = "") -> Coefficient:
+    """``k_half`` transferred from ``base_key`` by datasheet ratios (see ``scaled_k_half``);
+    ``label`` / ``sheet`` name the base value and datasheet in the provenance."""
+    label, sheet = label or base_key, sheet or base_key
     a, ds = DATASHEET[base_key], DATASHEET[key]
     pa = a.peak.get("bf16", a.peak.get("fp16"))
     peak = ds.peak.get("bf16", ds.peak.get("fp16"))
     tensor = (peak / ds.sm_count) / (pa / a.sm_count)
     mem = (ds.mem_bw_gbytes_per_s / ds.sm_count) / (a.mem_bw_gbytes_per_s / a.sm_count)
-    src = (f"{base_key} value {base.value:.0f} x tensor-rate/SM ratio {tensor:.2f} / "
-           f"memory-bandwidth/SM ratio {mem:.2f} ({key} vs {base_key} datasheets: {ds.cite}; "
-           f"{a.cite}); {base_key}: {base.source}")
+    src = (f"{label} value {base.value:.0f} x tensor-rate/SM ratio {tensor:.2f} / "
+           f"memory-bandwidth/SM ratio {mem:.2f} ({key} vs {sheet} datasheets: {ds.cite}; "
+           f"{a.cite}); {label}: {base.source}")
     return Coefficient(base.value * tensor / mem, "elements", src,
                        base.stderr * tensor / mem if base.stderr else None)
 

@@ -158,6 +158,7 @@ def missing_heads(row: Mapping[str, str]) -> bool:
 # ---- plan ----------------------------------------------------------------------------------
 def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
     tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
+    bf16_row = (row.get("precision") or "").strip() == "bf16"   # fw's bf16-only behaviour
     vpp = _int(row, "vpp", 1)
     return Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
                 vpp=vpp, micro_batch=_int(row, "micro_batch", 1),
@@ -169,10 +170,8 @@ def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
                 schedule="interleaved" if vpp > 1 else "1f1b",
                 attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
                 pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p,
-                grad_accum_bytes_per_param=(fw.grad_accum_bytes_per_param
-                                            if (row.get("precision") or "").strip() == "bf16"
-                                            else 0.0),
-                zero1_allreduce=fw.zero1_allreduce and (row.get("precision") or "").strip() == "bf16")
+                grad_accum_bytes_per_param=fw.grad_accum_bytes_per_param if bf16_row else 0.0,
+                zero1_allreduce=fw.zero1_allreduce and bf16_row)
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan,

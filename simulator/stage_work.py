@@ -11,11 +11,12 @@ from dataclasses import dataclass, field, replace
 from .hardware import ClusterSpec
 from .layer_time import PassCost, group_collective_s, interference_s, pass_cost
 from .memory import layer_activation_bytes
-from .cost import Collective, memory_time_s
+from .cost import Collective
 from .profile import Profile
 from .strategy import AttentionImpl, Plan, Recompute
 from .topology import GroupPlacement, group_strides, place_group
-from .workload.ops import (LayerShape, Op, backward_ops, embedding_ops, head_ops, layer_ops)
+from .workload.ops import (LayerShape, Op, OpKind, backward_ops, embedding_ops, head_ops,
+                           layer_ops)
 from .workload.spec import TransformerSpec
 
 
@@ -158,20 +159,19 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         act += sum(o.saved_bytes for o in extra)
         largest = max(largest, max(o.saved_bytes for o in extra))
     if plan.grad_accum_bytes_per_param > 0:
-        _add_grad_accumulation(bwd, params, plan, cluster, prof)
+        bwd.add(pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
+                          plan.tp_overlap))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)
 
 
-def _add_grad_accumulation(bwd: PassCost, params: float, plan: Plan, cluster: ClusterSpec,
-                           prof: Profile) -> None:
+def _grad_accumulation_op(params: float, plan: Plan) -> Op:
     """Per-micro-batch gradient accumulation outside the weight-gradient GEMM (bandwidth
     bound, over every local parameter): ``Plan.grad_accum_bytes_per_param``."""
-    t = memory_time_s(params * plan.grad_accum_bytes_per_param, cluster.gpu, prof, kernels=2,
-                      kind="elementwise")
-    bwd.compute_s += t
-    bwd.op_times["grad_accumulation"] = bwd.op_times.get("grad_accumulation", 0.0) + t
+    return Op("grad_accumulation", OpKind.MEMORY,
+              bytes_moved=params * plan.grad_accum_bytes_per_param, kernels=2,
+              mem_kind="elementwise")
 
 
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,

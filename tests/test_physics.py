@@ -176,8 +176,8 @@ def test_plan_that_does_not_match_gpu_count_names_dp():
 @SETTINGS
 @given(plans(), st.floats(1.0, 24.0))
 def test_gradient_accumulation_pass_is_never_faster(p, bytes_per_param):
-    """An extra per-micro-batch accumulation pass (DeepSpeed BF16_Optimizer) only adds time,
-    and adds it once per micro-batch backward."""
+    """An extra per-micro-batch accumulation pass (DeepSpeed BF16_Optimizer) only adds
+    time."""
     cl = cluster(p.world_size)
     base = simulate(MODEL, p, cl, PROFILE)
     slow = simulate(MODEL, dataclasses.replace(p, grad_accum_bytes_per_param=bytes_per_param),
