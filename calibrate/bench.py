@@ -15,8 +15,11 @@ were last touched several ops earlier. On this 2-core VM a training step's GEMMs
 
 A shared host: every point records the CPU pressure during its timing (Linux PSI). A point
 measured while other load competed (pressure > ``PRESSURE_MAX``) is re-measured after a
-pause (within ``Plan.busy_retry_s`` per benchmark); if it stays contaminated beyond
-``PRESSURE_SUSPECT`` it is flagged ``suspect`` and the fitters skip it.
+pause that doubles each time (``backoff_s``), within ``Plan.busy_retry_s`` per benchmark,
+and the quietest attempt is kept; the fits use a low quantile (10th percentile) of its
+samples, which is what a quiet host shows. If it stays contaminated beyond
+``PRESSURE_SUSPECT`` it is flagged ``suspect`` and ``calibrate.hygiene`` decides whether the
+fit can do without it.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ SUSPECT_RATIO = 3.0     # more threads should never be this much slower than one
 RETRIES = 2
 PRESSURE_MAX = 0.10     # re-measure a point when others held the CPU > 10% of its window
 PRESSURE_SUSPECT = 0.25
-BUSY_PAUSE_S = 2.0
+BUSY_PAUSE_S = 1.0       # first pause before re-measuring on a busy host; doubles each time
+BUSY_PAUSE_MAX_S = 8.0
 LAYOUTS = ("NT", "NN", "TN")
 
 
@@ -138,8 +142,15 @@ def _threads(n: int | None):
 
 
 # ---- shared-host hygiene -------------------------------------------------------------------
+def backoff_s(attempt: int) -> float:
+    """Pause before the ``attempt``-th re-measurement (0-based): 1, 2, 4, 8, 8, ... s."""
+    return min(BUSY_PAUSE_S * 2 ** attempt, BUSY_PAUSE_MAX_S)
+
+
 class BusyRetry:
-    """Time a point; re-measure it while the host was busy, within a total pause budget."""
+    """Time a point; re-measure it while the host was busy, pausing with exponential
+    backoff, within a total pause budget (seconds of sleep) shared by one benchmark's
+    points."""
 
     def __init__(self, budget_s: float) -> None:
         self.left_s = budget_s
@@ -147,13 +158,14 @@ class BusyRetry:
 
     def measure(self, timer: Callable[[], Stats]) -> tuple[Stats, bool]:
         """(least contaminated stats, suspect flag)."""
-        best = timer()
+        best, attempt = timer(), 0
         while best.pressure > PRESSURE_MAX and self.left_s > 0:
-            t0 = time.perf_counter()
-            time.sleep(BUSY_PAUSE_S)
+            pause = min(backoff_s(attempt), self.left_s)
+            time.sleep(pause)
+            self.left_s -= pause
             st = timer()
-            self.left_s -= time.perf_counter() - t0
             self.retried += 1
+            attempt += 1
             best = st if st.pressure < best.pressure else best
         return best, best.pressure > PRESSURE_SUSPECT
 

@@ -12,6 +12,7 @@ fraction of calls), so the rows keep the mean as well as the median. Interferenc
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Mapping
 
 from simulator.errors import ComplexityError
 
-from .bench import BUSY_PAUSE_S, Plan
+from .bench import Plan, backoff_s
 from .store import ForeignLoadMeter, Progress, Store, stats_of
 
 WORLD = 2
@@ -125,7 +126,8 @@ class _AgreedRetry:
     threads do not count); every decision is all-reduced so the ranks stay in step."""
 
     def __init__(self, budget_s: float) -> None:
-        self.left = int(budget_s / (BUSY_PAUSE_S + 0.5))     # same count on every rank
+        self.left_s = budget_s              # pauses are planned, so every rank agrees
+        self.attempt = 0
 
     def measure(self, sampler):
         import torch
@@ -142,10 +144,12 @@ class _AgreedRetry:
             load = float(v)
             if best is None or load < best[1]:
                 best = (stats_of(samples), load)
-            if load <= FOREIGN_MAX or self.left <= 0:
+            if load <= FOREIGN_MAX or self.left_s <= 0:
                 return best
-            self.left -= 1
-            time.sleep(BUSY_PAUSE_S)
+            pause = min(backoff_s(self.attempt), self.left_s)
+            self.left_s -= pause + 0.5       # + a nominal re-measurement, the same everywhere
+            self.attempt += 1
+            time.sleep(pause)
 
 
 def _interference(rank: int, plan: Plan, store: Store | None, prog: Progress | None,
@@ -224,13 +228,27 @@ def _worker(rank: int, port: int, out: str, env: Mapping[str, str], plan: Plan,
         dist.destroy_process_group()
 
 
+ATTEMPTS = 3      # gloo runs of the whole sweep; each resumes the points already stored
+
+
 def bench_comm(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = False) -> None:
-    """Run the gloo collective and interference sweeps in ``WORLD`` local processes."""
+    """Run the gloo collective and interference sweeps in ``WORLD`` local processes. A failed
+    run (a worker crash, a gloo timeout) is retried on a fresh port after a pause, keeping the
+    points already stored; after ``ATTEMPTS`` failures one ``BenchmarkError`` says why."""
     import torch.multiprocessing as mp
-    try:
-        mp.start_processes(_worker, args=(free_port(), str(out), dict(env), plan, quiet),
-                           nprocs=WORLD, join=True, start_method="spawn")
-    except Exception as exc:   # noqa: BLE001 - surface a one-line error, keep measurements
-        first = str(exc).strip().splitlines()
-        raise BenchmarkError(f"gloo collective benchmark failed: "
-                             f"{first[-1] if first else type(exc).__name__}") from None
+    errors: list[str] = []
+    for attempt in range(ATTEMPTS):
+        try:
+            mp.start_processes(_worker, args=(free_port(), str(out), dict(env), plan, quiet),
+                               nprocs=WORLD, join=True, start_method="spawn")
+            return
+        except Exception as exc:   # noqa: BLE001 - retried, then one line; keep measurements
+            first = str(exc).strip().splitlines()
+            errors.append(first[-1] if first else type(exc).__name__)
+        if attempt + 1 < ATTEMPTS:
+            if not quiet:
+                print(f"[collectives] gloo run failed ({errors[-1]}); retrying "
+                      f"({attempt + 2}/{ATTEMPTS}), measured points are kept", file=sys.stderr,
+                      flush=True)
+            time.sleep(backoff_s(attempt))
+    raise BenchmarkError(f"gloo collective benchmark failed {ATTEMPTS} times: {errors[-1]}")

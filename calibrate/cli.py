@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 from simulator.errors import ComplexityError, InvalidInputError
 
 from .discover import describe, discover
-from .reference import write_profile
+from .profile_io import write_profile
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,9 @@ class CalibrationResult:
     profiles: Mapping[str, Path]
     measurements: tuple[Path, ...]
     wall_s: float
+    # profile file name -> dotted paths of its coefficients marked contaminated
+    contaminated: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    failed: tuple[str, ...] = ()          # benchmarks that could not run (after retries)
 
 
 def _out_dir(out_dir: str | Path, create: bool) -> Path:
@@ -41,10 +44,14 @@ def _out_dir(out_dir: str | Path, create: bool) -> Path:
     return p
 
 
-def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False
-                  ) -> CalibrationResult:
+def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
+                  strict: bool = False) -> CalibrationResult:
     """Discover the device, run every microbenchmark (resuming points already in
-    ``OUT/measurements``), fit, and write ``OUT/profile.json`` (+ per-thread variants)."""
+    ``OUT/measurements``), fit, and write ``OUT/profile.json`` (+ per-thread variants).
+
+    On a busy host points are re-measured with backoff; what never settled is used and
+    marked ``contaminated`` in the profile (``strict``: refuse instead). A benchmark that
+    fails after its retries (gloo) is reported and skipped unless ``strict``."""
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -52,7 +59,7 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False
                               ) from None
     from .bench import bench_attention, bench_gemm, default_plan, quick_plan
     from .bench_mem import bench_memory
-    from .bench_comm import bench_comm
+    from .bench_comm import BenchmarkError, bench_comm
     from .store import environment
     t0 = time.perf_counter()
     out = _out_dir(out_dir, create=True)
@@ -61,29 +68,41 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False
         print(describe(info), file=sys.stderr)
     env, plan = environment(info.key), quick_plan() if quick else default_plan()
     try:
-        for bench in (bench_gemm, bench_memory, bench_attention, bench_comm):
+        for bench in (bench_gemm, bench_memory, bench_attention):
             bench(out, env, plan, quiet)
+        try:
+            bench_comm(out, env, plan, quiet)
+        except BenchmarkError as exc:
+            if strict:
+                raise
+            print(f"warning: {exc}; continuing without it", file=sys.stderr)
     except KeyboardInterrupt:
         raise ComplexityError(f"calibration interrupted; measurements taken so far are kept in "
                               f"{out / 'measurements'}; re-run the same command to resume") from None
-    res = run_fit(out, info=info, quiet=quiet)
-    return CalibrationResult(out, res.profiles, res.measurements, time.perf_counter() - t0)
+    res = run_fit(out, info=info, quiet=quiet, strict=strict)
+    return replace(res, wall_s=time.perf_counter() - t0)
 
 
-def run_fit(out_dir: str | Path, info=None, quiet: bool = False) -> CalibrationResult:
+def run_fit(out_dir: str | Path, info=None, quiet: bool = False, strict: bool = False
+            ) -> CalibrationResult:
     """Refit ``OUT/profile*.json`` from the stored ``OUT/measurements/*.parquet``."""
     from .cpu_profile import fit_profiles
+    from .hygiene import warning_line
     t0 = time.perf_counter()
     out = _out_dir(out_dir, create=False)
-    profiles = fit_profiles(out, info)
-    written = {}
+    profiles = fit_profiles(out, info, strict=strict)
+    written, dirty, failed = {}, {}, ()
     for name, prof in profiles.items():
         write_profile(prof, out / name)
         written[name] = out / name
+        dirty[name] = tuple(prof.contaminated_paths())
+        failed = tuple(x for x in prof.fingerprint.get("failed_benchmarks", "").split(",") if x)
+        if dirty[name] or failed:
+            print(warning_line(name, dirty[name], failed), file=sys.stderr)
         if not quiet:
             print(f"wrote {out / name}: {_headline(prof)}", file=sys.stderr)
     meas = tuple(sorted((out / "measurements").glob("*.parquet")))
-    return CalibrationResult(out, written, meas, time.perf_counter() - t0)
+    return CalibrationResult(out, written, meas, time.perf_counter() - t0, dirty, failed)
 
 
 def _headline(prof) -> str:
@@ -104,6 +123,10 @@ def add_subcommands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default="calibration", help="output directory (default: "
                    "./calibration): DIR/profile.json, DIR/measurements/*.parquet")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--strict", action="store_true", help="refuse to write a profile when "
+                   "other load on this host contaminated the measurements or a benchmark "
+                   "failed (default: write it, mark the affected coefficients "
+                   "'contaminated' and warn)")
     p.set_defaults(func=main_calibrate)
     add_validate_run(subparsers)
     return p
@@ -159,9 +182,10 @@ def main_calibrate(args: argparse.Namespace) -> int:
     """Entry for the parsed ``calibrate`` subcommand; prints a one-line error on failure."""
     try:
         if args.action == "fit":
-            res = run_fit(args.out, quiet=args.quiet)
+            res = run_fit(args.out, quiet=args.quiet, strict=args.strict)
         else:
-            res = run_calibrate(args.out, quick=args.quick, quiet=args.quiet)
+            res = run_calibrate(args.out, quick=args.quick, quiet=args.quiet,
+                                strict=args.strict)
     except ComplexityError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ one thread per rank and appear in both.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -27,6 +27,8 @@ from .discover import DeviceInfo, discover
 from .fit import (AttnPoint, FitResult, GemmPoint, InterferencePoint, LinkPoint, MemPoint,
                   composite_eff, fit_attention, fit_gemm, fit_interference, fit_link, fit_memory,
                   link_model)
+from .hygiene import (COMPUTE_BENCHES, OPTIONAL_BENCHES, assumed_overlap, mark,
+                      select_rows)
 from .store import FINGERPRINT_KEYS, read_rows
 
 BIG = 1e4      # upper bound for "efficiency" parameters that carry absolute rates
@@ -40,31 +42,45 @@ def t_compute(r: Mapping[str, Any]) -> float:
 
 @dataclass(frozen=True)
 class Measurements:
-    """Raw rows per benchmark (dicts as stored in Parquet)."""
+    """Raw rows per benchmark (dicts as stored in Parquet), as the fits may use them
+    (``calibrate.hygiene.select_rows``)."""
 
     gemm: list[dict[str, Any]]
     memory: list[dict[str, Any]]
     attention: list[dict[str, Any]]
     collectives: list[dict[str, Any]]
     interference: list[dict[str, Any]]
+    # bench -> thread counts (None = whole bench) whose fit had to use suspect points
+    contaminated: Mapping[str, frozenset] = field(default_factory=dict)
+    failed: tuple[str, ...] = ()          # optional benchmarks that left no file
+
+    def dirty(self, bench: str, threads: int | None = None) -> bool:
+        marks = self.contaminated.get(bench, frozenset())
+        return None in marks or threads in marks
 
 
-def load_measurements(out_dir: Path) -> Measurements:
-    """Read every benchmark file; one-line errors for a missing directory or file."""
+def load_measurements(out_dir: Path, strict: bool = False) -> Measurements:
+    """Read every benchmark file; one-line errors for a missing directory or file (a missing
+    collectives or interference file is tolerated unless ``strict``: that benchmark failed)."""
     mdir = Path(out_dir) / "measurements"
     if not mdir.is_dir():
         raise InvalidInputError("out", str(out_dir), "a directory containing measurements/ "
                                 "(run `complexity calibrate --out DIR` first)")
-    rows = {}
-    for bench in ("gemm", "memory", "attention", "collectives", "interference"):
+    rows, dirty, failed = {}, {}, []
+    for bench in COMPUTE_BENCHES + OPTIONAL_BENCHES:
         path = mdir / f"{bench}.parquet"
         if not path.exists():
+            if bench in OPTIONAL_BENCHES and not strict:
+                rows[bench] = []
+                failed.append(bench)
+                continue
             raise InvalidInputError("measurements", str(path), "an existing file (re-run "
                                     "`complexity calibrate`; it resumes where it stopped)")
-        rows[bench] = [r for r in read_rows(path) if not r.get("suspect")]
-        if not rows[bench]:
-            raise InvalidInputError("measurements", str(path), "at least one usable row")
-    return Measurements(**rows)
+        sel = select_rows(bench, read_rows(path), path, strict)
+        rows[bench] = sel.rows
+        if sel.contaminated_threads:
+            dirty[bench] = sel.contaminated_threads
+    return Measurements(**rows, contaminated=dirty, failed=tuple(failed))
 
 
 def _src(bench: str, rows: Sequence[Mapping[str, Any]], what: str) -> str:
@@ -322,28 +338,51 @@ def build_node(info: DeviceInfo, bw: float, ranks: int) -> NodeSpec:
                     source=f"this host: up to {ranks} ranks (one per logical core)")
 
 
-def fit_profiles(out_dir: Path, info: DeviceInfo | None = None) -> dict[str, Profile]:
+def _communication(m: Measurements) -> tuple[float, dict, Coefficient, dict[str, FitResult]]:
+    """(host-link GB/s, links, overlap slowdown, fits); what a failed benchmark could not
+    measure is absent (links) or assumed (overlap), marked contaminated."""
+    links, fits, bw = {}, {}, 0.0
+    if m.collectives:
+        bw, host, fits["host_link"] = fit_host_link(m.collectives)
+        links["host"] = mark(host) if m.dirty("collectives") else host
+    if m.interference:
+        overlap, fits["interference"] = fit_overlap(m.interference)
+        overlap = mark(overlap) if m.dirty("interference") else overlap
+    else:
+        overlap = assumed_overlap("no measurements/interference.parquet")
+    return bw, links, overlap, fits
+
+
+def _compute_marked(cf: ComputeFit, m: Measurements, threads: int) -> ComputeFit:
+    return replace(cf, gemm=mark(cf.gemm) if m.dirty("gemm", threads) else cf.gemm,
+                   memory=mark(cf.memory) if m.dirty("memory", threads) else cf.memory,
+                   attention=mark(cf.attention) if m.dirty("attention", threads)
+                   else cf.attention)
+
+
+def fit_profiles(out_dir: Path, info: DeviceInfo | None = None,
+                 strict: bool = False) -> dict[str, Profile]:
     """Profiles keyed by file name (``profile.json``, ``profile_1thread.json``)."""
-    m = load_measurements(out_dir)
+    m = load_measurements(out_dir, strict)
     info = info or discover()
-    bw, host, fl = fit_host_link(m.collectives)
-    overlap, fo = fit_overlap(m.interference)
+    bw, links, overlap, comm_fits = _communication(m)
     env = {k: str(m.gemm[0].get(k, "")) for k in FINGERPRINT_KEYS}
     out = {}
     for threads in sorted({r["threads"] for r in m.gemm}, reverse=True):
-        cf = fit_compute(m, threads)
+        cf = _compute_marked(fit_compute(m, threads), m, threads)
         name = "profile.json" if threads == max(r["threads"] for r in m.gemm) \
             else f"profile_{threads}thread.json"
-        fits = {**cf.fits, "host_link": fl, "interference": fo}
+        fits = {**cf.fits, **comm_fits}
         out[name] = Profile(
             name=f"{info.key}-measured-{threads}t", device_key=info.key, gemm=cf.gemm,
-            memory=cf.memory, attention=cf.attention, links={"host": host},
+            memory=cf.memory, attention=cf.attention, links=links,
             overlap_slowdown=overlap,
             step_overhead_s=Coefficient(0.0, "s", "assumed: per-step overhead not measured"),
-            fingerprint={**env, "threads": str(threads), "builder": "calibrate.cpu_profile"},
-            notes=_notes(fits, threads) + _extra_notes(m, threads, fl),
+            fingerprint={**env, "threads": str(threads), "builder": "calibrate.cpu_profile",
+                         **({"failed_benchmarks": ",".join(m.failed)} if m.failed else {})},
+            notes=_notes(fits, threads) + _extra_notes(m, threads, comm_fits.get("host_link")),
             device=build_device(info, cf, threads, env["date"]),
-            node=build_node(info, bw, max(1, info.cores)))
+            node=build_node(info, bw, max(1, info.cores) if links else 1))
     return out
 
 
@@ -358,13 +397,19 @@ def per_kernel_bandwidth(rows: Sequence[Mapping[str, Any]], threads: int) -> dic
     return out
 
 
-def _extra_notes(m: Measurements, threads: int, fl: FitResult) -> str:
+def _extra_notes(m: Measurements, threads: int, fl: FitResult | None) -> str:
     kb = per_kernel_bandwidth(m.memory, threads)
-    oe = other_ops_error_pct(m.collectives, fl)
-    return (" Memory-bound kernels differ a lot on a CPU; per-kernel fitted GB/s (op-graph "
-            "bytes): " + ", ".join(f"{k} {v:.1f}" for k, v in kb.items())
-            + ". Host-link (all_reduce fit) MAPE on other gloo ops: "
-            + ", ".join(f"{k} {v:.0f}%" for k, v in oe.items()) + ".")
+    text = (" Memory-bound kernels differ a lot on a CPU; per-kernel fitted GB/s (op-graph "
+            "bytes): " + ", ".join(f"{k} {v:.1f}" for k, v in kb.items()) + ".")
+    if fl is not None:
+        oe = other_ops_error_pct(m.collectives, fl)
+        text += (" Host-link (all_reduce fit) MAPE on other gloo ops: "
+                 + ", ".join(f"{k} {v:.0f}%" for k, v in oe.items()) + ".")
+    if m.failed:
+        text += (f" Benchmarks that did not complete: {', '.join(m.failed)} (no host link: "
+                 "single-process predictions only)." if "collectives" in m.failed else
+                 f" Benchmarks that did not complete: {', '.join(m.failed)}.")
+    return text
 
 
 def _notes(fits: Mapping[str, FitResult], threads: int) -> str:

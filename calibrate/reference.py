@@ -5,13 +5,13 @@ public microbenchmark rows in ``hardware_db/data/measurements/*.csv`` (copies of
 ``shared/validation/kernels.csv`` / ``collectives.csv`` plus ``kernels_extra.csv``) and the
 datasheet peaks below (from ``shared/hardware/gpus.csv`` / ``links.csv``; same values as
 ``hardware_db/data/gpus.json``). Every coefficient names the CSV lines it came from, or says
-"assumed"/"transferred". Output is deterministic (sorted keys, rounded floats).
+"assumed"/"transferred". Output is deterministic on one machine and reproducible within
+each coefficient's standard error across machines (``calibrate.profile_io``).
 
 CSV line numbers count the header as line 1 (``sed -n Np`` shows line N).
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -23,6 +23,7 @@ from simulator.profile import (AttentionModel, Coefficient, GemmModel, LinkCoeff
 
 from .csvrows import Row, cite, load_rows, select
 from .fit import FitResult, GemmPoint, fit_gemm
+from .profile_io import write_profile
 from . import reference_links as L
 from .reference_data import ATTENTION, DATASHEET, LAUNCH_SRC, LAUNCH_US, Datasheet
 
@@ -454,21 +455,6 @@ def build_profile(key: str, kern: Sequence[Row], extra: Sequence[Row], coll: Seq
             "measurements) and datasheets; coefficients say 'assumed' or 'transferred' where "
             "no row exists for this GPU.", NOTES.get(key, "")])))
     return prof, {**ref.fits, **fits}
-
-
-def _round(obj, digits: int = 6):
-    if isinstance(obj, float):
-        return float(f"{obj:.{digits}g}")
-    if isinstance(obj, dict):
-        return {k: _round(v, digits) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_round(v, digits) for v in obj]
-    return obj
-
-
-def write_profile(prof: Profile, path: Path) -> None:
-    """Deterministic JSON: sorted keys, floats rounded to 6 significant digits."""
-    path.write_text(json.dumps(_round(prof.to_dict()), indent=2, sort_keys=True) + "\n")
 
 
 def build_all(out_dir: Path = PROFILE_DIR) -> dict[str, tuple[Profile, dict]]:

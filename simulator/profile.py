@@ -24,13 +24,16 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class Coefficient:
-    """One number with its unit and provenance."""
+    """One number with its unit and provenance. ``contaminated``: measured while other load
+    competed for the host and never settled (``complexity calibrate`` on a busy host); the
+    value is what that host gave and is likely pessimistic."""
 
     value: float
     unit: str
     source: str
     stderr: float | None = None
     heldout_error_pct: float | None = None
+    contaminated: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,12 @@ class Profile:
 
     # ---- JSON I/O -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self), default=_enum_value))
+        """Plain JSON types; a coefficient's ``contaminated`` flag appears only when set."""
+        return _drop_clean_flags(json.loads(json.dumps(asdict(self), default=_enum_value)))
+
+    def contaminated_paths(self) -> list[str]:
+        """Dotted paths of the coefficients marked contaminated."""
+        return [p for p, _ in _flagged(self.to_dict(), "profile")]
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -222,6 +230,23 @@ def _link_from_dict(d: Mapping[str, Any]) -> LinkSpec:
 def _node_from_dict(d: Mapping[str, Any]) -> NodeSpec:
     return NodeSpec(**{**d, "scale_up": _link_from_dict(d["scale_up"]),
                        "nic": _link_from_dict(d["nic"])})
+
+
+def _drop_clean_flags(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _drop_clean_flags(v) for k, v in obj.items()
+                if not (k == "contaminated" and v is False)}
+    if isinstance(obj, list):
+        return [_drop_clean_flags(v) for v in obj]
+    return obj
+
+
+def _flagged(obj: Any, path: str):
+    if isinstance(obj, dict):
+        if obj.get("contaminated") is True:
+            yield path, obj
+        for k, v in sorted(obj.items()):
+            yield from _flagged(v, f"{path}.{k}")
 
 
 def _enum_value(obj: Any) -> Any:

@@ -150,16 +150,115 @@ def test_quick_calibration_resumes(tmp_path: Path):
 
 @pytest.mark.torch
 def test_quick_calibration_end_to_end(tmp_path: Path):
+    """Whatever else runs on this host, the quick calibration writes a profile: clean, or
+    with the coefficients the load contaminated marked (no wall-time assertion: shared host)."""
     pytest.importorskip("torch")
     from calibrate.cli import run_calibrate
     res = run_calibrate(tmp_path, quick=True, quiet=True)
-    assert res.wall_s < 60
     prof = Profile.read_json(res.profiles["profile.json"])
     assert prof.device.peak("fp32") > 0 and prof.device.mem_bw_gbytes_per_s > 0
-    assert prof.links["host"].bw_eff.value == 1.0
-    assert prof.node.scale_up.kind.value == "host"
+    assert res.contaminated["profile.json"] == tuple(prof.contaminated_paths())
     names = {p.stem for p in res.measurements}
-    assert names == {"gemm", "memory", "attention", "collectives", "interference"}
+    if "collectives" in res.failed:                  # gloo failed even after its retries
+        assert "host" not in prof.links and "collectives" not in names
+    else:
+        assert prof.links["host"].bw_eff.value == 1.0
+        assert prof.node.scale_up.kind.value == "host"
+        assert {"gemm", "memory", "attention", "collectives"} <= names
+
+
+def _mark_all_suspect(out: Path, bench: str) -> None:
+    path = out / "measurements" / f"{bench}.parquet"
+    rows = [{**r, "suspect": True} for r in pq.read_table(path).to_pylist()]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def test_busy_host_gives_a_marked_profile_and_strict_refuses(tmp_path: Path):
+    """Every GEMM and collective point taken under load: the fit still runs, the GEMM and
+    host-link coefficients (only those) are marked contaminated; --strict refuses."""
+    _synthetic(tmp_path, np.random.default_rng(5))
+    clean = fit_profiles(tmp_path, FAKE)["profile.json"]
+    assert clean.contaminated_paths() == []
+    for bench in ("gemm", "collectives"):
+        _mark_all_suspect(tmp_path, bench)
+    prof = fit_profiles(tmp_path, FAKE)["profile.json"]
+    paths = prof.contaminated_paths()
+    assert "profile.gemm.k_half" in paths and "profile.gemm.eff_max.fp32" in paths
+    assert "profile.links.host.alpha_us" in paths
+    assert not any(p.startswith(("profile.memory", "profile.attention")) for p in paths)
+    assert prof.gemm.k_half.value == clean.gemm.k_half.value    # same rows, same fit
+    res = run_fit(tmp_path, info=FAKE, quiet=True)
+    back = Profile.read_json(res.profiles["profile.json"])
+    assert back.contaminated_paths() == paths == list(res.contaminated["profile.json"])
+    assert '"contaminated": true' in res.profiles["profile.json"].read_text()
+    with pytest.raises(InvalidInputError) as e:
+        run_fit(tmp_path, info=FAKE, quiet=True, strict=True)
+    assert "gemm.parquet" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_few_suspect_points_are_dropped_not_marked(tmp_path: Path):
+    _synthetic(tmp_path, np.random.default_rng(6))
+    path = tmp_path / "measurements" / "gemm.parquet"
+    rows = pq.read_table(path).to_pylist()
+    rows[0]["suspect"] = True
+    rows[0]["median_s"] = rows[0]["p10_s"] = rows[0]["median_s"] * 50   # a stalled point
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    prof = fit_profiles(tmp_path, FAKE)["profile.json"]
+    assert prof.contaminated_paths() == []
+    assert prof.device.peak("fp32") == pytest.approx(0.2, rel=0.05)
+
+
+def test_failed_comm_benchmarks_leave_a_single_process_profile(tmp_path: Path):
+    _synthetic(tmp_path, np.random.default_rng(8))
+    for bench in ("collectives", "interference"):
+        (tmp_path / "measurements" / f"{bench}.parquet").unlink()
+    res = run_fit(tmp_path, info=FAKE, quiet=True)
+    prof = Profile.read_json(res.profiles["profile.json"])
+    assert res.failed == ("collectives", "interference")
+    assert prof.links == {} and prof.node.gpus_per_node == 1
+    assert prof.overlap_slowdown.value == 1.0 and prof.overlap_slowdown.contaminated
+    assert prof.overlap_slowdown.source.startswith("assumed")
+    with pytest.raises(InvalidInputError):
+        run_fit(tmp_path, info=FAKE, quiet=True, strict=True)
+
+
+def test_busy_retry_backs_off_and_keeps_the_quietest_attempt(monkeypatch):
+    from calibrate import bench
+    from calibrate.store import Stats
+    pauses: list[float] = []
+    monkeypatch.setattr(bench.time, "sleep", pauses.append)
+    seq = iter([0.9, 0.8, 0.5, 0.7, 0.6])
+    timer = lambda: Stats(1.0, 1.0, 1.0, 3, pressure=next(seq))
+    st, suspect = bench.BusyRetry(budget_s=7.5).measure(timer)
+    assert pauses == [1.0, 2.0, 4.0, 0.5]          # doubling, then what is left of the budget
+    assert st.pressure == 0.5 and suspect           # quietest kept; still above the limit
+    calm = iter([0.9, 0.05])
+    st, suspect = bench.BusyRetry(60).measure(lambda: Stats(1, 1, 1, 3, pressure=next(calm)))
+    assert st.pressure == 0.05 and not suspect
+
+
+@pytest.mark.torch
+def test_gloo_failures_are_retried_then_reported(tmp_path: Path, monkeypatch):
+    pytest.importorskip("torch")
+    import torch.multiprocessing as mp
+
+    from calibrate import bench_comm
+    from calibrate.bench import quick_plan
+    monkeypatch.setattr(bench_comm.time, "sleep", lambda s: None)
+    calls = []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) < bench_comm.ATTEMPTS:
+            raise RuntimeError("worker 1 died\nConnection reset by peer")
+    monkeypatch.setattr(mp, "start_processes", flaky)
+    bench_comm.bench_comm(tmp_path, ENV, quick_plan(), quiet=True)
+    assert len(calls) == bench_comm.ATTEMPTS
+    calls.clear()
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: calls.append(1) or 1 / 0)
+    with pytest.raises(bench_comm.BenchmarkError) as e:
+        bench_comm.bench_comm(tmp_path, ENV, quick_plan(), quiet=True)
+    assert len(calls) == bench_comm.ATTEMPTS and "division by zero" in str(e.value)
 
 
 def test_family_efficiencies_and_span_interference_recovered(tmp_path: Path):

@@ -1,12 +1,15 @@
-"""Shipped reference profiles load, cite a source for every coefficient, and rebuild
-byte-for-byte from the measurement CSVs in the repo."""
+"""Shipped reference profiles load, cite a source for every coefficient, rebuild
+byte-for-byte on one machine, and within each coefficient's standard error on any machine."""
 from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
 
+import json
+
 import pytest
 
+from calibrate.profile_io import profile_differences, round_value, sig
 from calibrate.reference import GPU_KEYS, PROFILE_DIR, build_all
 from simulator.profile import Coefficient, Profile
 
@@ -53,11 +56,45 @@ def test_fitted_coefficients_report_heldout_error():
     assert nv.alpha_us.heldout_error_pct is not None and nv.alpha_us.stderr is not None
 
 
-def test_rebuild_is_deterministic_and_matches_shipped(tmp_path: Path):
+def test_rebuild_matches_shipped_within_each_coefficients_stderr(tmp_path: Path):
+    """Least-squares digits depend on the BLAS build: the shipped profiles must agree with a
+    rebuild here within a fraction of each coefficient's standard error, not byte for byte."""
     build_all(tmp_path)
     for key in GPU_KEYS:
-        assert (tmp_path / f"{key}.json").read_bytes() == \
-            (PROFILE_DIR / f"{key}.json").read_bytes(), f"{key} profile is stale"
+        rebuilt = json.loads((tmp_path / f"{key}.json").read_text())
+        shipped = json.loads((PROFILE_DIR / f"{key}.json").read_text())
+        diffs = list(profile_differences(rebuilt, shipped))
+        assert not diffs, f"{key} profile is stale (python -m calibrate.reference): {diffs[:5]}"
+
+
+def test_rebuild_is_byte_identical_on_one_machine(tmp_path: Path):
+    build_all(tmp_path / "a")
+    build_all(tmp_path / "b")
+    for key in GPU_KEYS:
+        assert (tmp_path / "a" / f"{key}.json").read_bytes() == \
+            (tmp_path / "b" / f"{key}.json").read_bytes(), key
+
+
+def test_rounding_keeps_the_digits_the_error_justifies():
+    assert round_value(838.4123, 276.8) == 838.0          # 2 places below stderr's 100s
+    assert round_value(0.870365, 0.149697) == 0.87
+    assert round_value(0.0938687, 0.0127606) == 0.0939
+    assert round_value(1234.56789, None) == 1234.57       # no error: 6 significant digits
+    assert sig(0.00296982, 2) == 0.003 and sig(1.29661, 2) == 1.3
+
+
+def test_differences_catch_a_real_change_and_pass_machine_noise():
+    c = {"value": 838.0, "unit": "elements", "source": "fit (k_half 838 +/- 280)",
+         "stderr": 280.0, "heldout_error_pct": 6.1}
+    assert not list(profile_differences({"k": c}, {"k": c}))
+    noise = {**c, "value": 839.0, "stderr": 270.0, "source": "fit (k_half 839 +/- 281)"}
+    assert not list(profile_differences({"k": noise}, {"k": c}))
+    moved = {**c, "value": 900.0}                          # > 0.05 x 280 away
+    assert any("k.value" in d for d in profile_differences({"k": moved}, {"k": c}))
+    reworded = {**c, "source": "assumed"}
+    assert any("text differs" in d for d in profile_differences({"k": reworded}, {"k": c}))
+    assert list(profile_differences({"a": 1.0}, {"a": 1.001}))
+    assert list(profile_differences({"a": 1}, {"b": 1}))
 
 
 def test_hopper_and_blackwell_levels_are_sustained_and_a100_is_flagged():

