@@ -2,7 +2,7 @@
 
 Predicts the five ``bloom_topo_0228_*`` rows and ``bloom176b_final`` of
 ``published_runs.csv`` (same model, 384 A100-80GB, different tp/pp/dp, head counts and
-micro-batch) with ``simulator.predict.predict_row`` and prints each predicted vs measured
+micro-batch) with ``simulator.validation.predict.predict_row`` and prints each predicted vs measured
 step time and Kendall's tau between the two orders (scipy.stats.kendalltau; tau-b, so
 tied measurements count as ties).
 
@@ -27,8 +27,8 @@ def rank_agreement(runs: Path) -> dict:
     from scipy.stats import kendalltau
 
     import hardware_db
-    from simulator.cli_commands import cluster_from_row
-    from simulator.predict import predict_row, read_rows
+    from simulator.api.catalog import cluster_from_row
+    from simulator.validation.predict import predict_row, read_rows
 
     rows = {r["id"]: r for r in read_rows(runs)}
     missing = [i for i in ROW_IDS if i not in rows]

@@ -10,8 +10,8 @@ import statistics
 import time
 
 import hardware_db
-from simulator.api import simulate
-from simulator.strategy import Plan
+from simulator.engine.simulate import simulate
+from simulator.parallel.plan import Plan
 from simulator.workload import get_preset
 
 CASES = {

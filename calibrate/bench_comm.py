@@ -1,7 +1,7 @@
 """Collective and overlap-interference benchmarks through ``torch.distributed`` (gloo on CPU)
 between local processes. torch is imported lazily (inside the worker).
 
-Size conventions follow ``simulator.cost.ring_steps_and_traffic``: all-reduce buffer,
+Size conventions follow ``simulator.network.collectives.ring_steps_and_traffic``: all-reduce buffer,
 all-gather *output*, reduce-scatter *input*, all-to-all send buffer per rank, send/recv
 message (timed as half a ping-pong). Each sample starts after a barrier and is the slowest
 rank's time. On a small VM gloo times are heavy-tailed (scheduler wake-ups of ~4 ms hit a
@@ -158,7 +158,7 @@ def _interference(rank: int, plan: Plan, store: Store | None, prog: Progress | N
     lasting about twice the all-reduce, timed alone and with the all-reduce launched (async)
     at its start. ``alone_s`` / ``median_s``: the loop alone / overlapped; ``comm_alone_s``:
     the all-reduce alone. The extra time over the overlapped span is what
-    ``simulator.layer_time.interference_s`` charges: ``(slowdown - 1) * overlap``. On a CPU
+    ``simulator.cost.layer.interference_s`` charges: ``(slowdown - 1) * overlap``. On a CPU
     host the collective needs cores the GEMMs are using (gloo reduces and copies on the CPU),
     so a GEMM that only covers the start of the all-reduce understates it."""
     import math

@@ -8,7 +8,7 @@ with the simulator's convention): ``MEM_KERNELS`` maps each benchmarked kernel t
 the table against ``ops.py``. The backward of a kernel is timed alone
 (``torch.autograd.grad(..., retain_graph=True)``, the autograd engine included, as in a step).
 ``adamw`` times ``torch.optim.AdamW(fused=True).step()`` over a model-like list of fp32
-tensors, bytes = ``simulator.step.optimizer_bytes_per_param`` (fp32) per parameter.
+tensors, bytes = ``simulator.engine.step.optimizer_bytes_per_param`` (fp32) per parameter.
 
 Like the GEMMs (calibrate.bench), the kernels run with cold caches (the last-level cache is
 rewritten, untimed, before each call): inside a step an op's inputs were written several ops
@@ -21,7 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from .bench import BusyRetry, Plan, _threads, flush_cache, recheck_threads, thread_counts
+from .bench import (
+    BusyRetry,
+    Plan,
+    _threads,
+    flush_cache,
+    recheck_threads,
+    thread_counts,
+)
 from .store import Progress, Store, time_call
 
 HIDDEN_COLS = 256            # row length of the norm / elementwise points (a hidden size)
@@ -64,8 +71,8 @@ FAMILY_MIX: dict[str, tuple[tuple[str, float], ...]] = {
 
 
 def optimizer_bytes_fp32() -> float:
-    from simulator.step import optimizer_bytes_per_param
-    from simulator.strategy import Plan as SimPlan
+    from simulator.engine.step import optimizer_bytes_per_param
+    from simulator.parallel.plan import Plan as SimPlan
     return optimizer_bytes_per_param(SimPlan(precision="fp32"))
 
 

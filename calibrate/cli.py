@@ -1,6 +1,6 @@
 """`complexity calibrate` plumbing: discovery + microbenchmarks + fit, or refit only.
 
-The main CLI (simulator/cli.py) hooks these in with ``add_subcommands(subparsers)``, or
+The main CLI (simulator/cli/main.py) hooks these in with ``add_subcommands(subparsers)``, or
 calls ``run_calibrate(out_dir, quick)`` / ``run_fit(out_dir)`` directly. Errors are
 ``simulator.errors`` types whose ``str`` is one line.
 """
@@ -58,8 +58,8 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
         raise ComplexityError("calibration needs torch (pip install 'complexity-framework[torch]')"
                               ) from None
     from .bench import bench_attention, bench_gemm, default_plan, quick_plan
-    from .bench_mem import bench_memory
     from .bench_comm import BenchmarkError, bench_comm
+    from .bench_mem import bench_memory
     from .store import environment
     t0 = time.perf_counter()
     out = _out_dir(out_dir, create=True)

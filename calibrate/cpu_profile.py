@@ -17,18 +17,41 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from simulator.cost import Collective
 from simulator.errors import InvalidInputError
-from simulator.hardware import GPUSpec, LinkKind, LinkSpec, NodeSpec
-from simulator.profile import (AttentionModel, Coefficient, GemmModel, LinkCoefficients,
-                               MemoryModel, Profile)
+from simulator.hardware.profile import (
+    AttentionModel,
+    Coefficient,
+    GemmModel,
+    LinkCoefficients,
+    MemoryModel,
+    Profile,
+)
+from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
+from simulator.network.collectives import Collective
 
 from .discover import DeviceInfo, discover
-from .fit import (AttnPoint, FitResult, GemmPoint, InterferencePoint, LinkPoint, MemPoint,
-                  composite_eff, fit_attention, fit_gemm, fit_interference, fit_link, fit_memory,
-                  link_model)
-from .hygiene import (COMPUTE_BENCHES, OPTIONAL_BENCHES, assumed_overlap, mark,
-                      select_rows)
+from .fit import (
+    AttnPoint,
+    FitResult,
+    GemmPoint,
+    InterferencePoint,
+    LinkPoint,
+    MemPoint,
+    composite_eff,
+    fit_attention,
+    fit_gemm,
+    fit_interference,
+    fit_link,
+    fit_memory,
+    link_model,
+)
+from .hygiene import (
+    COMPUTE_BENCHES,
+    OPTIONAL_BENCHES,
+    assumed_overlap,
+    mark,
+    select_rows,
+)
 from .store import FINGERPRINT_KEYS, read_rows
 
 BIG = 1e4      # upper bound for "efficiency" parameters that carry absolute rates
@@ -138,7 +161,7 @@ def _memory(rows: Sequence[Mapping[str, Any]], threads: int
         if not g.startswith("first_touch"):        # not an op of the graph: no launch
             launches.append(f.values["launch_us"])
     what = (f"fp32, {threads} threads; bytes as simulator/workload/ops.py (optimizer: "
-            "simulator.step.optimizer_bytes_per_param) counts them")
+            "simulator.engine.step.optimizer_bytes_per_param) counts them")
     kind_eff = {"copy": Coefficient(1.0, "fraction", "1.0 by construction: the device "
                                     "bandwidth is the copy kernel's", None, fc.heldout_mape_pct)}
     for fam, mix in FAMILY_MIX.items():

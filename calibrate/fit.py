@@ -1,4 +1,4 @@
-"""Robust fitters for the closed-form cost models in ``simulator.cost``.
+"""Robust fitters for the closed-form cost models in ``simulator.cost.kernels``.
 
 Every fitter fits exactly the function the simulator evaluates (``gemm_time_core_s`` with
 ``wave_efficiency``, the memory formula of ``memory_time_s``, ``ring_steps_and_traffic`` +
@@ -20,10 +20,14 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.cost import (Collective, alpha_beta_time_s, gemm_time_core_s,
-                            ring_steps_and_traffic, wave_efficiency)
+from simulator.cost.kernels import gemm_time_core_s, wave_efficiency
 from simulator.errors import InvalidInputError
-from simulator.profile import Coefficient, LinkCoefficients
+from simulator.hardware.profile import Coefficient, LinkCoefficients
+from simulator.network.collectives import (
+    Collective,
+    alpha_beta_time_s,
+    ring_steps_and_traffic,
+)
 
 HOLDOUT_EVERY = 3          # hold out every third point (indices 1, 4, 7, ...)
 LOSS = "soft_l1"
@@ -234,7 +238,7 @@ GEMM_PARAMS = ("eff_max", "k_half", "launch_us")
 
 def gemm_model(peak_tflops: float, sm_count: int, mem_bw_gbytes_per_s: float,
                tile_m: int, tile_n: int) -> Model:
-    """``simulator.cost.gemm_time_core_s`` (with ``wave_efficiency``) as a fit model."""
+    """``simulator.cost.kernels.gemm_time_core_s`` (with ``wave_efficiency``) as a fit model."""
     def model(p: Mapping[str, float], r: GemmPoint) -> float:
         wave = wave_efficiency(r.m, r.n, tile_m, tile_n, sm_count)
         return gemm_time_core_s(r.m, r.n, r.k, r.bytes_moved, peak_tflops * 1e12,
@@ -265,7 +269,7 @@ MEMORY_PARAMS = ("bw_eff", "launch_us")
 
 
 def memory_model(mem_bw_gbytes_per_s: float) -> Model:
-    """The formula of ``simulator.cost.memory_time_s``:
+    """The formula of ``simulator.cost.kernels.memory_time_s``:
     ``kernels * launch + bytes / (mem_bw * bw_eff)``."""
     def model(p: Mapping[str, float], r: MemPoint) -> float:
         return r.kernels * p["launch_us"] * 1e-6 \
@@ -303,7 +307,7 @@ class AttnPoint:
 
 
 def attention_model(peak_tflops: float, launch_us: float) -> Model:
-    """The formula of ``simulator.cost.attention_time_s``: ``launch + flops / (peak * eff)``."""
+    """The formula of ``simulator.cost.kernels.attention_time_s``: ``launch + flops / (peak * eff)``."""
     def model(p: Mapping[str, float], r: AttnPoint) -> float:
         return launch_us * 1e-6 + r.flops / (peak_tflops * 1e12 * p["eff"])
     return model
@@ -402,7 +406,7 @@ class InterferencePoint:
 def fit_interference(rows: Sequence[InterferencePoint]) -> FitResult:
     """Fit ``slowdown`` (the profile's ``overlap_slowdown``, a multiplier >= ~1) in
     ``t_overlapped = t_alone + (slowdown - 1) * overlap``, the extra time
-    ``simulator.layer_time.interference_s`` charges; ``overlap = min(comm_s, t_alone)``
+    ``simulator.cost.layer.interference_s`` charges; ``overlap = min(comm_s, t_alone)``
     (``t_alone`` without ``comm_s``, i.e. ``t_overlapped = slowdown * t_alone``)."""
     spec = _Spec(("slowdown",), (1.1,), (0.5,), (20.0,))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from simulator.errors import InvalidInputError
-from simulator.profile import Coefficient
+from simulator.hardware.profile import Coefficient
 
 MIN_CLEAN = 3
 COMPUTE_BENCHES = ("gemm", "memory", "attention")       # in-process: always required

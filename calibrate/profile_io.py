@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from simulator.profile import Profile
+from simulator.hardware.profile import Profile
 
 VALUE_SIG = 6
 ERROR_SIG = 2

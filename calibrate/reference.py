@@ -18,13 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from simulator.profile import (AttentionModel, Coefficient, GemmModel, LinkCoefficients,
-                               MemoryModel, Profile)
+from simulator.hardware.profile import (
+    AttentionModel,
+    Coefficient,
+    GemmModel,
+    LinkCoefficients,
+    MemoryModel,
+    Profile,
+)
 
+from . import reference_links as L
 from .csvrows import Row, cite, load_rows, select
 from .fit import FitResult, GemmPoint, fit_gemm
 from .profile_io import write_profile
-from . import reference_links as L
 from .reference_data import ATTENTION, DATASHEET, LAUNCH_SRC, LAUNCH_US, Datasheet
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +43,7 @@ TILE = 128
 # Hopper/Blackwell cuBLAS runs persistent (stream-K style) kernels that largely avoid the
 # last-wave quantization the A100 sweep shows: under a 128x128 wave model the H100 and
 # H200 fp8 MAMF best shapes solve to inconsistent efficiencies (0.84 vs 0.96), without it
-# they agree. tile 0 disables wave quantization in cost.wave_efficiency.
+# they agree. tile 0 disables wave quantization in cost.kernels.wave_efficiency.
 PERSISTENT_KERNEL_GPUS = ("h100-sxm", "h200-sxm", "b200", "gb200")
 
 
@@ -63,6 +69,13 @@ class GemmRef:
     k_half: Coefficient
     launch_us: Coefficient
     fits: Mapping[str, FitResult]
+    # where ``k_half`` came from, as the solved efficiencies cite it
+    k_half_note: str = "k_half from the A100 sweep fit"
+
+    def fixed_note(self) -> str:
+        """Provenance of the fixed ``k_half`` and ``launch_us`` a level is solved with."""
+        return (f"solved with {self.k_half_note} ({self.k_half.value:.0f}) and launch_us "
+                f"{self.launch_us.value:g} us ({self.launch_us.source.split(':')[0]})")
 
 
 def _a100_sweep(kern: Sequence[Row], dtype_prefix: str) -> list[Row]:
@@ -77,7 +90,7 @@ def fit_a100_gemm(kern: Sequence[Row]) -> GemmRef:
     bf = _a100_sweep(kern, "bf16")
     f_bf = fit_gemm(_gemm_points(bf, 2), ds.peak["bf16"], ds.sm_count, mem_bw, TILE, TILE,
                     fixed={"launch_us": LAUNCH_US})
-    src = (f"fit of cost.gemm_time_core_s (tile {TILE}x{TILE}, {ds.sm_count} SMs, "
+    src = (f"fit of cost.kernels.gemm_time_core_s (tile {TILE}x{TILE}, {ds.sm_count} SMs, "
            f"peak {ds.peak['bf16']} TF [{ds.cite}]) to {cite(bf)} (NVIDIA CUDA 11 blog Fig. 6, "
            f"A100 bf16 square GEMM sweep, digitized)")
     fixed = {"k_half": f_bf.values["k_half"], "launch_us": LAUNCH_US}
@@ -118,8 +131,8 @@ def solve_eff(row: Row, ds: Datasheet, dtype: str, ref: GemmRef, what: str,
                    ds.mem_bw_gbytes_per_s * MEMORY_BW_EFF, tile, tile, fixed=fixed)
     m, n, k = _shape(row)
     src = (f"solved from {cite([row])} ({what}: {row.data['value']} TF at {m}x{n}x{k}, "
-           f"{ds.sm_count} SMs, peak {ds.peak[dtype]} TF [{ds.cite}]); k_half and launch_us "
-           f"transferred from the A100 sweep fit; a best-shape (MAMF) row, so an upper bound"
+           f"{ds.sm_count} SMs, peak {ds.peak[dtype]} TF [{ds.cite}]); {ref.fixed_note()}; "
+           f"a best-shape (MAMF) row, so an upper bound"
            + ("; wave quantization off (persistent kernels)" if tile == 0 else ""))
     return fit.coefficient("eff_max", "fraction", src)
 
@@ -139,8 +152,8 @@ def solve_gh100_fp8(kern: Sequence[Row], ds: Datasheet, ref: GemmRef) -> Coeffic
     shapes = "; ".join(f"{r.data['gpu']} {r.data['value']} TF at {r.data['shape_MxNxK']}"
                        for r in rows)
     src = (f"joint fit to {cite(rows)} (MAMF fp8 e4m3 best shapes: {shapes}; {ds.sm_count} "
-           f"SMs, peak {ds.peak['fp8']} TF [{ds.cite}]); k_half and launch_us transferred from "
-           "the A100 sweep fit; best-shape rows, so an upper bound")
+           f"SMs, peak {ds.peak['fp8']} TF [{ds.cite}]); {ref.fixed_note()}; best-shape rows, "
+           "so an upper bound")
     return fit.coefficient("eff_max", "fraction", src)
 
 
@@ -206,6 +219,8 @@ def sustained(c: Coefficient, key: str, dtype: str, kern: Sequence[Row],
     src = (f"{c.source}; x {f:.4f} sustained-clock factor: MSMF {msmf[0].data['value']} TF "
            f"({msmf_gpu} {msmf[0].data['dtype']}, {cite(msmf)}, stas00 mamf-finder sustained "
            f"mode) over the MAMF row's {mamf.data['value']} TF ({cite([mamf])})"
+           + (f"; a ratio of runs on two GPUs (MSMF on {msmf_gpu}, MAMF row labelled "
+              f"{mamf_gpu})" if msmf_gpu != mamf_gpu else "")
            + (f"; {why}" if why else "")
            + "; the SemiAnalysis realistic-shape figure does not say how long it ran, so if it "
              "was already at settled clocks the two factors overlap")
@@ -233,7 +248,8 @@ def scaled_k_half(key: str, ref: GemmRef) -> GemmRef:
         return ref
     kh = scaled_k_half_from(key, "a100-sxm-80gb", ref.k_half, label="A100 fit",
                             sheet="A100 SXM")
-    return GemmRef(eff=ref.eff, k_half=kh, launch_us=ref.launch_us, fits=ref.fits)
+    return GemmRef(eff=ref.eff, k_half=kh, launch_us=ref.launch_us, fits=ref.fits,
+                   k_half_note="k_half transferred from the A100 sweep fit by datasheet ratios")
 
 
 def scaled_k_half_from(key: str, base_key: str, base: Coefficient, label: str = "",
@@ -267,7 +283,7 @@ def fit_gh100_k_half(extra: Sequence[Row]) -> Coefficient:
     fit = fit_gemm(_gemm_points(rows, 2), ds.peak["fp16"], ds.sm_count,
                    ds.mem_bw_gbytes_per_s * MEMORY_BW_EFF, 0, 0, fixed={"launch_us": LAUNCH_US})
     shapes = ", ".join(f"{r.data['shape_MxNxK']} {float(r.data['value']):.0f} TF" for r in rows)
-    src = (f"fit of cost.gemm_time_core_s (no wave quantization, {ds.sm_count} SMs, peak "
+    src = (f"fit of cost.kernels.gemm_time_core_s (no wave quantization, {ds.sm_count} SMs, peak "
            f"{ds.peak['fp16']} TF [{ds.cite}], launch fixed at {LAUNCH_US:g} us) to {cite(rows)} "
            f"(H100 cuBLAS fp16 sweep, triton-lang/triton#2339, 2023: {shapes}; rows with fewer "
            f"output tiles than SMs excluded); the sweep's own level (eff_max "
@@ -283,13 +299,16 @@ def gemm_for(key: str, kern: Sequence[Row], extra: Sequence[Row], ref: GemmRef) 
     """
     ds = DATASHEET[key]
     if key in ("h100-sxm", "h200-sxm", "b200", "gb200"):
-        gh = fit_gh100_k_half(extra)
+        gh, note = fit_gh100_k_half(extra), "k_half from the H100 cuBLAS sweep fit"
         if key == "h200-sxm":
             gh = Coefficient(gh.value, gh.unit, "H200 = H100 compute (same GH100 die): "
                              + gh.source, gh.stderr)
+            note += " (H200 shares the GH100 die)"
         elif key in ("b200", "gb200"):
             gh = scaled_k_half_from(key, "h100-sxm", gh)
-        ref = GemmRef(eff=ref.eff, k_half=gh, launch_us=ref.launch_us, fits=ref.fits)
+            note = "k_half transferred from the H100 cuBLAS sweep fit by datasheet ratios"
+        ref = GemmRef(eff=ref.eff, k_half=gh, launch_us=ref.launch_us, fits=ref.fits,
+                      k_half_note=note)
     else:
         ref = scaled_k_half(key, ref)
     eff = dict(ref.eff)

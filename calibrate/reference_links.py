@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from simulator.cost import Collective
-from simulator.profile import Coefficient, LinkCoefficients
+from simulator.hardware.profile import Coefficient, LinkCoefficients
+from simulator.network.collectives import Collective
 
-from .fit import FitResult, LinkPoint, busbw_to_time_s, fit_link, link_coefficients
 from .csvrows import Row, cite, select
+from .fit import FitResult, LinkPoint, busbw_to_time_s, fit_link, link_coefficients
 from .reference_data import NET_HOP_US, NVLINK_HOP_SRC, NVLINK_HOP_US
 
 AR = Collective.ALL_REDUCE

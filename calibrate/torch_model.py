@@ -21,11 +21,23 @@ from simulator.workload.spec import MLP, TransformerSpec
 def build_model(spec: TransformerSpec, seed: int = 0) -> Any:
     """An ``nn.Module`` whose ``forward(tokens, targets)`` returns the mean cross-entropy."""
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 
     if spec.moe is not None:
         raise UnsupportedError(f"validate-run builds dense decoders only; {spec.name!r} is MoE")
+    torch.manual_seed(seed)
+    model = _decoder_class(spec, _block_class(spec))()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.02)
+    return model
+
+
+def _block_class(spec: TransformerSpec) -> Any:
+    """One pre-LN decoder layer of ``spec`` (class, built lazily with torch)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
     gqa = spec.n_kv_heads != spec.n_heads
 
     def attend(q, k, v):
@@ -64,12 +76,19 @@ def build_model(spec: TransformerSpec, seed: int = 0) -> Any:
             o = attend(qh, kh, vh).transpose(1, 2).reshape(B, S, q)
             x = x + self.attn_out(o)
             return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+    return Block
+
+
+def _decoder_class(spec: TransformerSpec, block: Any) -> Any:
+    """Embedding, ``spec.n_layers`` blocks, final norm, logits and fp32 cross-entropy."""
+    import torch.nn as nn
+    import torch.nn.functional as F
 
     class Decoder(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.embed = nn.Embedding(spec.vocab, spec.hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(spec.n_layers))
+            self.blocks = nn.ModuleList(block() for _ in range(spec.n_layers))
             self.final_ln = nn.LayerNorm(spec.hidden, bias=False)
             self.logits = nn.Linear(spec.hidden, spec.vocab, bias=False)
             if spec.tied_embeddings:
@@ -81,14 +100,7 @@ def build_model(spec: TransformerSpec, seed: int = 0) -> Any:
                 x = blk(x)
             logits = self.logits(self.final_ln(x))
             return F.cross_entropy(logits.view(-1, spec.vocab), targets.view(-1))
-
-    torch.manual_seed(seed)
-    model = Decoder()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.02)
-    return model
+    return Decoder
 
 
 def synthetic_batch(spec: TransformerSpec, micro_batch: int, seed: int = 0) -> tuple[Any, Any]:

@@ -9,7 +9,7 @@ single process, or ``nproc`` data-parallel processes (torch DDP over gloo on loc
 after ``warmup`` untimed steps, ``steps`` steps are timed (wall clock; with several ranks
 the slowest rank's time per step) and the median is reported with its spread.
 
-The prediction: ``simulator.api.simulate`` with ``Plan(dp=nproc, micro_batch=B,
+The prediction: ``simulator.engine.simulate.simulate`` with ``Plan(dp=nproc, micro_batch=B,
 global_batch=B*nproc, precision=fp32, attention=flash (SDPA), zero_stage=0, dp_overlap,
 dp_bucket_bytes=25 MiB, 1f1b)`` on ``ClusterSpec(profile.device, profile.node, nproc)``.
 torch's DDP makes its first bucket 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``); the
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.errors import ComplexityError, InvalidInputError, ProfileError
-from simulator.hardware import ClusterSpec
-from simulator.profile import Profile
-from simulator.strategy import Plan
+from simulator.hardware.profile import Profile
+from simulator.hardware.specs import ClusterSpec
+from simulator.parallel.plan import Plan
 from simulator.workload import resolve_model
 from simulator.workload.spec import TransformerSpec
 
@@ -199,7 +199,7 @@ def plan_for(rs: RunSpec) -> Plan:
 
 
 def predict(rs: RunSpec, prof: Profile):
-    from simulator.api import simulate
+    from simulator.engine.simulate import simulate
     cluster = ClusterSpec(gpu=prof.device, node=prof.node, n_gpus=rs.nproc)
     return simulate(rs.model, plan_for(rs), cluster, prof)
 
@@ -216,6 +216,7 @@ def _optimizer(params):
 def _step_fn(rs: RunSpec, rank: int, ddp: bool):
     """(one training step callable returning the loss, optimizer name)."""
     import torch
+
     from .torch_model import build_model, synthetic_batch
     torch.set_num_threads(rs.threads)
     model = build_model(rs.model)
@@ -298,6 +299,7 @@ def _ddp_worker(rank: int, rs: RunSpec, port: int, out_dir: str) -> None:
 
 def _run_ddp(rs: RunSpec) -> dict[str, Any]:
     import torch.multiprocessing as mp
+
     from .bench_comm import free_port
     with tempfile.TemporaryDirectory(prefix="validate-run-") as tmp:
         try:

@@ -1,14 +1,27 @@
 """Hardware facts as data (``data/*.json``, a source for every number) and the loaders and
-topology builders that turn them into ``simulator.hardware`` specs.
+topology builders that turn them into ``simulator.hardware.specs`` specs.
 
-Imports only the standard library, networkx and ``simulator.hardware`` / ``simulator.errors``
-(``simulator.profile`` lazily, for ``load_profile``).
+Imports only the standard library, networkx and ``simulator.hardware.specs`` / ``simulator.errors``
+(``simulator.hardware.profile`` lazily, for ``load_profile``).
 """
 from .cluster import build_cluster
 from .loaders import (
-    default_node_for_gpu, default_node_key, gpu_entry, link_entry, list_gpus, list_links,
-    list_nic_links, list_nodes, list_profiles, list_scale_up_links, load_gpu, load_link,
-    load_node, load_profile, node_entry, resolve_gpu_key,
+    default_node_for_gpu,
+    default_node_key,
+    gpu_entry,
+    link_entry,
+    list_gpus,
+    list_links,
+    list_nic_links,
+    list_nodes,
+    list_profiles,
+    list_scale_up_links,
+    load_gpu,
+    load_link,
+    load_node,
+    load_profile,
+    node_entry,
+    resolve_gpu_key,
 )
 from .topology import build_graph, path_links, route
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.errors import InvalidInputError
-from simulator.hardware import SCALE_OUT_KINDS, ClusterSpec, LinkKind, LinkSpec, NodeSpec
+from simulator.hardware.specs import (
+    SCALE_OUT_KINDS,
+    ClusterSpec,
+    LinkKind,
+    LinkSpec,
+    NodeSpec,
+)
 
 from . import loaders
 
@@ -104,7 +110,8 @@ def build_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
     spec = dataclasses.replace(spec, nics_per_node=nics_per_node or spec.nics_per_node,
                                nic=_pick_nic(spec.nic, _nic_kind(nic_kind), nic_gbits_per_s))
     cluster = ClusterSpec(gpu=gpu_spec, node=spec, n_gpus=n_gpus, rail_optimized=bool(rail_optimized),
-                          oversubscription=float(oversubscription))
+                          oversubscription=float(oversubscription),
+                          pod_nodes=int(loaders.topology_params()["leaf_down_ports"]))
     if not build_graph:
         return cluster
     from .topology import build_graph as _build_graph

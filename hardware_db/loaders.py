@@ -1,7 +1,7 @@
-"""Load the hardware data files into ``simulator.hardware`` spec dataclasses.
+"""Load the hardware data files into ``simulator.hardware.specs`` spec dataclasses.
 
 Data lives in ``hardware_db/data/*.json``; every numeric field there has an entry in the
-entry's ``sources`` map. Units follow ``simulator.hardware``: ``_tflops`` dense 10^12 FLOP/s,
+entry's ``sources`` map. Units follow ``simulator.hardware.specs``: ``_tflops`` dense 10^12 FLOP/s,
 ``_bytes`` SI bytes, ``_gbytes_per_s`` 10^9 bytes/s per direction, ``_us`` microseconds.
 
 Keys are matched case-insensitively with ``_`` and spaces read as ``-``. A few forgiving
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.errors import CalibrationMissingError, InvalidInputError
-from simulator.hardware import GPUSpec, LinkKind, LinkSpec, NodeSpec
+from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 PROFILE_DIR = DATA_DIR / "profiles"
@@ -171,8 +171,10 @@ def list_profiles() -> list[str]:
 
 
 def load_profile(gpu_key: str):
-    """Shipped reference ``simulator.profile.Profile`` for a GPU (``data/profiles/<key>.json``)."""
-    from simulator.profile import Profile  # local: keeps `import hardware_db` light
+    """Shipped reference ``simulator.hardware.profile.Profile`` for a GPU (``data/profiles/<key>.json``)."""
+    from simulator.hardware.profile import (
+        Profile,  # local: keeps `import hardware_db` light
+    )
 
     canon = resolve_gpu_key(gpu_key)
     path = PROFILE_DIR / f"{canon}.json"

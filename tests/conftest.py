@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import hardware_db
-from simulator.strategy import Plan
+from simulator.parallel.plan import Plan
 from simulator.workload import TransformerSpec, get_preset
 
 

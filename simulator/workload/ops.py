@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..cost import Collective
+from ..frameworks import CONVENTIONS
+from ..network.collectives import Collective
 from .spec import MLP, TransformerSpec
 
 
@@ -293,13 +294,13 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     # first and last layers in higher precision).
     head_sh = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
     ops.append(_gemm("logits", T, v, h, head_sh, saved=Ts * h * ab))
-    # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32: upcast (2 B read,
-    # 4 B write), max, subtract, exp, sum, normalise and target gather (~7 more fp32 passes):
-    # ~34 B per logit forward; backward (softmax - one-hot, scale, downcast) ~22 B. The
-    # softmax is kept for backward (fp32).
-    elems = T * v
-    ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=34.0 * elems, dtype=sh.dtype,
-                  saved_bytes=4.0 * elems, kernels=8, bwd_bytes=22.0 * elems,
+    # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per logit
+    # counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). The softmax is
+    # kept for backward (fp32).
+    elems, ce = T * v, CONVENTIONS.cross_entropy
+    ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=ce.fwd_bytes_per_logit * elems,
+                  dtype=sh.dtype, saved_bytes=ce.saved_bytes_per_logit * elems,
+                  kernels=ce.kernels, bwd_bytes=ce.bwd_bytes_per_logit * elems,
                   mem_kind="softmax"))
     return ops
 

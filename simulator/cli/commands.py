@@ -1,0 +1,185 @@
+"""Sub-commands: simulate, predict, report, list."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..api.catalog import cluster_from_row, load_profile_for, make_cluster
+from ..engine.simulate import simulate
+from ..errors import InvalidInputError
+from ..hardware.profile import Profile
+from ..parallel.plan import Plan
+from ..report.table import format_result_table
+from ..report.trace import write_chrome_trace
+from ..validation.predict import (
+    outcome_columns,
+    predict_row,
+    read_rows,
+    summary_line,
+    write_rows,
+)
+from ..workload import resolve_model
+from .registry import command
+
+# ---- hardware (the CLI is the one simulator module allowed to load hardware_db) -----------
+
+
+# ---- simulate -------------------------------------------------------------------------------
+@command("simulate", "Simulate one training step of a model on a cluster under a plan.")
+def _simulate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="preset key or HuggingFace config.json")
+    p.add_argument("--module", help="FILE.py:FACTORY returning (torch module, example inputs); "
+                   "simulated under DDP or FSDP instead of a transformer preset")
+    p.add_argument("--gpu", required=True, help="GPU key, e.g. h100-sxm (see `complexity list gpus`)")
+    p.add_argument("--gpus", type=int, required=True, help="total GPU count")
+    p.add_argument("--gpus-per-node", type=int)
+    p.add_argument("--nics-per-node", type=int)
+    p.add_argument("--nic-gbps", type=float, help="NIC line rate in Gb/s (e.g. 400)")
+    p.add_argument("--nic-kind", help="infiniband, roce, omnipath, ethernet")
+    p.add_argument("--scale-up", help="intra-node link key, e.g. nvlink4, nvlink5-nvl72")
+    p.add_argument("--node", help="node preset, e.g. dgx-h100, gb200-nvl72 (see `complexity list nodes`)")
+    p.add_argument("--oversubscription", type=float, default=1.0,
+                   help="fat-tree spine oversubscription (1 = full bisection)")
+    for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+        p.add_argument(f"--{k}", type=int, default=None if k == "dp" else 1)
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step (transformers)")
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--recompute", default="none", help="none, selective, full")
+    p.add_argument("--zero-stage", type=int, default=0)
+    p.add_argument("--precision", default=None,
+                   help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")
+    p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved")
+    p.add_argument("--attention", default="flash",
+                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized")
+    p.add_argument("--no-dp-overlap", action="store_true")
+    p.add_argument("--tp-overlap", action="store_true")
+    p.add_argument("--bucket-mb", type=float, default=0.0,
+                   help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
+    p.add_argument("--engine", default="event", help="event or analytic")
+    p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    m = p.add_argument_group("--module options (DDP / FSDP of a traced torch module)")
+    m.add_argument("--strategy", default="ddp", help="ddp or fsdp")
+    m.add_argument("--bucket-cap-mb", type=float, help="DDP bucket_cap_mb (MiB; default torch's)")
+    m.add_argument("--gradient-as-bucket-view", action="store_true")
+    m.add_argument("--static-graph", action="store_true")
+    m.add_argument("--compression", default="none", help="none, fp16, bf16, powersgd")
+    m.add_argument("--powersgd-rank", type=int, default=1)
+    m.add_argument("--optimizer", default="adam", help="adam or sgd")
+    p.set_defaults(func=run_simulate)
+
+
+def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
+    dp = a.dp
+    if dp is None:
+        denom = a.tp * a.pp * a.cp
+        if n_gpus % denom:
+            raise InvalidInputError("tp*pp*cp", denom, f"a divisor of --gpus {n_gpus}")
+        dp = n_gpus // denom
+    schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
+    return Plan(tp=a.tp, pp=a.pp, dp=dp, cp=a.cp, ep=a.ep, vpp=a.vpp, micro_batch=a.micro_batch,
+                global_batch=a.global_batch, sequence_parallel=a.sequence_parallel,
+                recompute=a.recompute, zero_stage=a.zero_stage, precision=a.precision,
+                schedule=schedule, attention=a.attention, dp_overlap=not a.no_dp_overlap,
+                tp_overlap=a.tp_overlap, dp_bucket_bytes=int(a.bucket_mb * 1e6))
+
+
+def run_simulate(a: argparse.Namespace) -> int:
+    if a.module:
+        from .module import simulate_module_cli
+        a.precision = a.precision or "fp32"
+        return simulate_module_cli(a)
+    if not a.model or not a.global_batch:
+        raise InvalidInputError("model" if not a.model else "global_batch", None,
+                                "--model PRESET|CONFIG.json and --global-batch N (or --module FILE.py:FACTORY)")
+    a.precision = a.precision or "bf16"
+    model = resolve_model(a.model, a.seq_len)
+    cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
+                           a.nic_kind, a.scale_up, a.node, a.oversubscription)
+    prof = load_profile_for(cluster.gpu.key, a.profile)
+    plan = plan_from_args(a, cluster.n_gpus)
+    res = simulate(model, plan, cluster, prof, engine=a.engine, keep_timeline=bool(a.trace))
+    if a.trace:
+        write_chrome_trace(a.trace, res)
+    if a.json:
+        out = res.to_dict()
+        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name)
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        print(format_result_table(res, model, plan, cluster, prof))
+        if a.trace:
+            print(f"trace written to {a.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+# ---- predict --------------------------------------------------------------------------------
+@command("predict", "Predict each row of a published-runs CSV and report the error.")
+def _predict_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", required=True, help="CSV in the published_runs.csv schema")
+    p.add_argument("--out", help="write the rows plus prediction columns here")
+    p.add_argument("--quiet", action="store_true", help="only the summary line")
+    p.set_defaults(func=run_predict)
+
+
+def predict_file(runs: str):
+    from hardware_db import load_profile
+    rows = read_rows(runs)
+    cache: dict[str, Profile] = {}
+    def prof(key: str) -> Profile:
+        if key not in cache:
+            cache[key] = load_profile(key)
+        return cache[key]
+    return [predict_row(r, cluster_from_row, prof) for r in rows]
+
+
+def run_predict(a: argparse.Namespace) -> int:
+    outcomes = predict_file(a.runs)
+    if a.out:
+        write_rows(a.out, outcomes)
+    if not a.quiet:
+        for o in outcomes:
+            c = outcome_columns(o)
+            print(f"{o.row.get('id', '?'):34s} measured={o.row.get('measured_step_time_s', ''):>8s} "
+                  f"predicted={c['predicted_step_time_s']:>8s} err={c['error_pct']:>7s}  {o.status[:60]}")
+    print(summary_line(outcomes))
+    return 0
+
+
+# ---- validation report ----------------------------------------------------------------------
+@command("report", "Regenerate the validation report (Markdown + Parquet) from a runs CSV.")
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", default="validation/published_runs.csv")
+    p.add_argument("--out-dir", default="validation/report")
+    p.set_defaults(func=run_report)
+
+
+def run_report(a: argparse.Namespace) -> int:
+    from ..validation.report import write_report
+    outcomes = predict_file(a.runs)
+    md = write_report(outcomes, Path(a.out_dir))
+    print(summary_line(outcomes))
+    print(f"report written to {md}")
+    return 0
+
+
+# ---- list -----------------------------------------------------------------------------------
+@command("list", "List built-in GPUs, nodes, links, models or profiles.")
+def _list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("what", choices=["gpus", "nodes", "links", "models", "profiles"])
+    p.set_defaults(func=run_list)
+
+
+def run_list(a: argparse.Namespace) -> int:
+    import hardware_db
+
+    from ..workload import list_presets
+    items = {"gpus": hardware_db.list_gpus, "nodes": hardware_db.list_nodes,
+             "links": hardware_db.list_links, "models": list_presets,
+             "profiles": hardware_db.list_profiles}[a.what]()
+    sys.stdout.write("\n".join(items) + "\n")
+    return 0

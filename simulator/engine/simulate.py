@@ -1,0 +1,177 @@
+"""``simulate(model, plan, cluster, profile) -> Result``: the one entry point.
+
+``engine="event"`` plays the step on the discrete-event engine; ``engine="analytic"``
+uses the closed form (fast ranking in searches). Both price the same per-stage work.
+"""
+from __future__ import annotations
+
+import time
+
+from ..errors import InvalidInputError
+from ..hardware.profile import Profile
+from ..hardware.specs import ClusterSpec
+from ..memory.accounting import StageMemory, state_bytes, workspace_bytes
+from ..parallel.plan import Plan, validate
+from ..parallel.schedule import in_flight_microbatches
+from ..workload.spec import TransformerSpec
+from .events import Engine, Task
+from .result import Breakdown, Result, StageReport
+from .stage_work import ChunkWork, build_chunks, place_groups
+from .step import (
+    StageTasks,
+    bucket_times_s,
+    build_tasks,
+    chunk_params,
+    optimizer_time_s,
+    param_gather_time_s,
+)
+
+
+def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: Profile,
+             engine: str = "event", keep_timeline: bool = False) -> Result:
+    """Predict one optimizer step. Raises ``InvalidInputError`` for an invalid plan."""
+    t0 = time.perf_counter()
+    if engine not in ("event", "analytic"):
+        raise InvalidInputError("engine", engine, "event or analytic")
+    validate(plan, model, cluster)
+    groups = place_groups(cluster, plan)
+    stages = build_chunks(model, plan, cluster, profile, groups)
+    memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
+    if engine == "event":
+        step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups)
+    else:
+        step, crit, bd, busy, timeline = _analytic_step(stages, plan, cluster, profile, groups)
+    step += profile.step_overhead_s.value
+    return _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
+                   time.perf_counter() - t0, timeline if keep_timeline else [])
+
+
+# ---- memory ---------------------------------------------------------------------------------
+def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: TransformerSpec) -> StageMemory:
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.params - c.dense_params for c in chunks)
+    shard = plan.dp * plan.cp
+    w1, g1, o1 = state_bytes(dense, plan, shard)
+    w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
+    in_flight = in_flight_microbatches(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
+    acts = in_flight * sum(c.act_bytes_per_mb for c in chunks)
+    ws = workspace_bytes(plan, max(c.largest_tensor_bytes for c in chunks))
+    return StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws)
+
+
+# ---- event engine ---------------------------------------------------------------------------
+def _event_step(stages, model, plan, cluster, prof, groups):
+    eng = Engine()
+    st = build_tasks(eng, stages, model, plan, cluster, prof, groups)
+    eng.run()
+    ends = [eng.tasks[s.tail].end_s for s in st]
+    crit = max(range(len(st)), key=lambda i: (ends[i], -i))
+    bd, busy = _event_breakdown(eng, st, stages, crit, ends[crit])
+    timeline = [_task_event(t) for t in eng.tasks]
+    return ends[crit], crit, bd, busy, timeline
+
+
+def _task_event(t: Task) -> dict:
+    return {"name": t.name, "resource": t.resource, "start_s": t.start_s, "end_s": t.end_s,
+            **t.meta}
+
+
+def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: float):
+    s = st[crit]
+    comp = [t for t in eng.tasks if t.resource == s.compute]
+    parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0, "pp": 0.0,
+             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0}
+    by_tid = {tid: u for u, tid in s.units.items()}
+    prev_end = 0.0
+    for t in comp:
+        gap = t.start_s - prev_end
+        if gap > 0:
+            _attribute_gap(eng, t, gap, parts)
+        prev_end = t.end_s
+        if t.tid == s.optimizer:
+            parts["optimizer"] += t.work_s
+            continue
+        if t.meta.get("kind") == "interference":
+            parts["interference"] += t.work_s
+            continue
+        if t.meta.get("kind") == "pp_send":
+            parts["pp"] += t.work_s
+            continue
+        u = by_tid[t.tid]
+        pc = stages[crit][u.chunk].fwd if u.fwd else stages[crit][u.chunk].bwd
+        parts["compute"] += pc.compute_s
+        parts["interference"] += pc.interference_s
+        for g, v in pc.comm_s.items():
+            parts[g] = parts.get(g, 0.0) + v
+    parts["dp"] += max(0.0, end - prev_end)          # exposed param all-gather after optimizer
+    busy = sum(t.work_s for t in comp)
+    return parts, busy
+
+
+def _attribute_gap(eng: Engine, t: Task, gap: float, parts: dict) -> None:
+    dep = eng.tasks[t.critical_dep] if t.critical_dep >= 0 else None
+    kind = dep.meta.get("kind") if dep else None
+    if kind == "pp_send":
+        pp = min(gap, dep.end_s - dep.start_s)
+        parts["pp"] += pp
+        parts["bubble"] += gap - pp
+    elif kind == "dp_comm":
+        parts["dp"] += gap
+    else:
+        parts["bubble"] += gap
+
+
+# ---- closed form ----------------------------------------------------------------------------
+def _analytic_step(stages, plan, cluster, prof, groups):
+    """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and optimizer."""
+    m = plan.num_microbatches
+    per_mb = [sum(c.fwd.total_s + c.bwd.total_s for c in chunks) for chunks in stages]
+    crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
+    t = per_mb[crit]
+    pipe = m * t + (plan.pp - 1) / plan.vpp * t if plan.pp > 1 else m * t
+    dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
+        if plan.zero_stage < 3 else 0.0
+    last_bwd = sum(c.bwd.total_s for c in stages[crit])
+    dp_exposed = max(0.0, dp - last_bwd) if plan.dp_overlap else dp
+    if plan.zero_stage in (1, 2) and not plan.dp_overlap:
+        dp_exposed += param_gather_time_s(*chunk_params(stages[crit]), plan, groups, prof)
+    opt = optimizer_time_s(stages[crit], plan, cluster, prof)
+    parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
+             "bubble": pipe - m * t, "optimizer": opt, "interference": 0.0}
+    for c in stages[crit]:
+        for pc in (c.fwd, c.bwd):
+            parts["compute"] += m * pc.compute_s
+            parts["interference"] += m * pc.interference_s
+            for g, v in pc.comm_s.items():
+                parts[g] = parts.get(g, 0.0) + m * v
+    return pipe + dp_exposed + opt, crit, parts, m * t + opt, []
+
+
+# ---- result ---------------------------------------------------------------------------------
+def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engine, wall,
+            timeline) -> Result:
+    n = cluster.n_gpus
+    mbs_total = plan.num_microbatches * plan.dp
+    scale = plan.tp * plan.cp * mbs_total
+    model_flops = scale * sum(c.fwd.model_flops + c.bwd.model_flops for ch in stages for c in ch)
+    hw_flops = scale * sum(c.fwd.flops + c.bwd.flops for ch in stages for c in ch)
+    peak = cluster.gpu.peak(plan.precision) * 1e12
+    tokens = plan.global_batch * model.seq_len
+    cap = cluster.gpu.mem_bytes
+    reports = [StageReport(m.stage, sum(len(c.layers) for c in stages[m.stage]), m.total_bytes,
+                           m.weights_bytes, m.grads_bytes, m.optimizer_bytes,
+                           m.activations_bytes, m.workspace_bytes,
+                           busy if m.stage == crit else 0.0) for m in memory]
+    bd = Breakdown(compute_s=parts["compute"], tp_comm_s=parts["tp"], cp_comm_s=parts["cp"],
+                   ep_comm_s=parts["ep"], dp_comm_s=parts["dp"], pp_comm_s=parts["pp"],
+                   bubble_s=parts["bubble"], optimizer_s=parts["optimizer"],
+                   interference_s=parts["interference"], overhead_s=step - sum(parts.values()))
+    peaks = [m.total_bytes for m in memory]
+    return Result(step_time_s=step, tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
+                  model_tflops_per_gpu=model_flops / step / n / 1e12,
+                  hardware_tflops_per_gpu=hw_flops / step / n / 1e12,
+                  mfu=model_flops / step / n / peak, hfu=hw_flops / step / n / peak,
+                  peak_memory_bytes=peaks, memory_capacity_bytes=cap,
+                  fits_in_memory=max(peaks) <= cap, breakdown=bd, stages=reports,
+                  critical_stage=crit, num_microbatches=plan.num_microbatches, n_gpus=n,
+                  engine=engine, sim_wall_s=wall, timeline=timeline)

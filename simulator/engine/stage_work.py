@@ -1,0 +1,197 @@
+"""Per-stage work: which layers each pipeline chunk holds and what one pass through it costs.
+
+This is the bridge between the op graph (``workload.ops``), the cost models and the event
+engine: for every (stage, chunk) it prices one forward and one backward pass (recompute
+included) for one micro-batch, plus the parameters the chunk owns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..cost.layer import PassCost, group_collective_s, interference_s, pass_cost
+from ..hardware.profile import Profile
+from ..hardware.specs import ClusterSpec
+from ..memory.accounting import layer_activation_bytes
+from ..network.collectives import Collective
+from ..parallel.placement import GroupPlacement, group_strides, place_group
+from ..parallel.plan import AttentionImpl, Plan, Recompute
+from ..workload.ops import (
+    LayerShape,
+    Op,
+    OpKind,
+    backward_ops,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+)
+from ..workload.spec import TransformerSpec
+
+
+@dataclass
+class ChunkWork:
+    """One model chunk on one stage, for one micro-batch."""
+
+    stage: int
+    chunk: int
+    layers: list[int]
+    fwd: PassCost
+    bwd: PassCost
+    params: float                 # parameters held by one rank (after TP/EP split)
+    dense_params: float           # of which replicated over the full DP group
+    act_bytes_per_mb: float       # activations kept per micro-batch
+    largest_tensor_bytes: float
+    fwd_ops: list[Op] = field(default_factory=list, repr=False)
+
+
+def partition_layers(n_layers: int, chunks: int) -> list[list[int]]:
+    """Contiguous layer ranges per global chunk; a remainder deficit goes to the first and
+    last chunks, which also carry the embedding and the output head."""
+    base, extra = divmod(n_layers, chunks)
+    sizes = [base] * chunks
+    order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
+    for i in order[:extra]:
+        sizes[i] += 1
+    out, start = [], 0
+    for s in sizes:
+        out.append(list(range(start, start + s)))
+        start += s
+    return out
+
+
+def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
+    return LayerShape(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp,
+                      cp=plan.cp, ep=plan.ep, sequence_parallel=plan.sequence_parallel,
+                      dtype=plan.precision.value,
+                      flash=plan.attention != AttentionImpl.MATERIALIZED,
+                      attention_kernel=plan.attention.value,
+                      dropout=plan.attention == AttentionImpl.MATERIALIZED)
+
+
+def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
+    return {name: place_group(cluster, name, size, stride)
+            for name, (size, stride) in group_strides(plan).items()}
+
+
+def _rank_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float, float]:
+    """(params on one rank, of which dense i.e. not expert-sharded) for one layer."""
+    if not model.is_moe_layer(layer):
+        p = model.layer_params(layer) / plan.tp
+        return p, p
+    moe = model.moe
+    expert = (moe.experts + moe.shared_experts) * model.dense_mlp_params(moe.expert_ffn_hidden)
+    routed = moe.experts * model.dense_mlp_params(moe.expert_ffn_hidden)
+    dense = (model.layer_params(layer) - expert) / plan.tp + \
+        (expert - routed) / plan.tp
+    return dense + routed / (plan.ep * plan.tp), dense
+
+
+def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
+    """Forward ops re-run in backward; they count as hardware, not model, FLOPs."""
+    if plan.recompute == Recompute.FULL:
+        chosen = fwd
+    elif plan.recompute == Recompute.SELECTIVE:
+        chosen = [op for op in fwd if op.recomputed]
+    else:
+        chosen = []
+    return [replace(op, name=op.name + "_recompute", model_flops=0.0) for op in chosen]
+
+
+class _LayerCache:
+    """Prices each distinct layer kind once (dense and MoE layers differ)."""
+
+    def __init__(self, model, plan, cluster, prof, groups):
+        self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
+        self.sh = layer_shape(model, plan)
+        self._cache: dict[bool, tuple[list[Op], PassCost, PassCost, float]] = {}
+
+    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, float]:
+        key = self.m.is_moe_layer(layer)
+        if key not in self._cache:
+            fwd = layer_ops(self.m, self.sh, layer)
+            bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
+            cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
+            cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
+            tokens = self.sh.micro_batch * self.m.seq_len // self.p.cp
+            if self.p.sequence_parallel:
+                tokens //= self.p.tp
+            act = layer_activation_bytes(fwd, self.p.recompute, tokens * self.m.hidden * self.sh.act_bytes)
+            self._cache[key] = (fwd, cf, cb, act)
+        return self._cache[key]
+
+
+def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof: Profile,
+                 groups: dict[str, GroupPlacement]) -> list[list[ChunkWork]]:
+    """``result[stage][chunk]`` for every stage and virtual chunk."""
+    C = plan.pp * plan.vpp
+    parts = partition_layers(model.n_layers, C)
+    cache = _LayerCache(model, plan, cluster, prof, groups)
+    sh = cache.sh
+    stages: list[list[ChunkWork]] = [[] for _ in range(plan.pp)]
+    for c in range(plan.vpp):
+        for s in range(plan.pp):
+            g = c * plan.pp + s
+            stages[s].append(_chunk(model, plan, cluster, prof, groups, cache, sh, s, c,
+                                    parts[g], first=(g == 0), last=(g == C - 1)))
+    return stages
+
+
+def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
+    fwd, bwd = PassCost(), PassCost()
+    params = dense = act = 0.0
+    largest = 0.0
+    all_fwd: list[Op] = []
+    extra: list[Op] = []
+    if first:
+        extra += embedding_ops(model, sh)
+        params += model.vocab * model.hidden / plan.tp
+        dense += model.vocab * model.hidden / plan.tp
+    if last:
+        extra += head_ops(model, sh)
+        if not (model.tied_embeddings and first):
+            params += model.vocab * model.hidden / plan.tp
+            dense += model.vocab * model.hidden / plan.tp
+    for layer in layers:
+        lf, cf, cb, a = cache.get(layer)
+        fwd.add(cf)
+        bwd.add(cb)
+        p, d = _rank_params(model, plan, layer)
+        params += p
+        dense += d
+        act += a
+        largest = max(largest, max((o.saved_bytes for o in lf), default=0.0))
+        all_fwd = lf
+    if extra:
+        fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
+        bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
+        act += sum(o.saved_bytes for o in extra)
+        largest = max(largest, max(o.saved_bytes for o in extra))
+    if plan.grad_accum_bytes_per_param > 0:
+        bwd.add(pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
+                          plan.tp_overlap))
+    if plan.zero_stage >= 3:
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)
+
+
+def _grad_accumulation_op(params: float, plan: Plan) -> Op:
+    """Per-micro-batch gradient accumulation outside the weight-gradient GEMM (bandwidth
+    bound, over every local parameter): ``Plan.grad_accum_bytes_per_param``."""
+    return Op("grad_accumulation", OpKind.MEMORY,
+              bytes_moved=params * plan.grad_accum_bytes_per_param, kernels=2,
+              mem_kind="elementwise")
+
+
+def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
+                   groups: dict[str, GroupPlacement], prof: Profile) -> None:
+    """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
+    each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather."""
+    g = groups["dp"]
+    w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
+    ag = group_collective_s(Collective.ALL_GATHER, w_bytes, g, prof)
+    rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    first_layer = ag / max(1, n_layers)
+    for pc, comm in ((fwd, ag), (bwd, ag + rs)):
+        busy = pc.total_s
+        exposed = max(0.0, comm - busy) + first_layer
+        pc.interference_s += interference_s(min(comm, busy), prof)
+        pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed

@@ -1,0 +1,237 @@
+"""Play one training step on the event engine (one representative rank per stage).
+
+Tasks per stage: forward/backward passes on the compute stream in schedule order;
+pipeline sends on the sender's link (processor-shared with DP traffic when both leave the
+node); data-parallel gradient buckets released while the last micro-batch's backward
+runs (``dp_overlap``) or after it; the optimizer step; the ZeRO parameter all-gather.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..cost.kernels import memory_time_s
+from ..cost.layer import group_collective_s, interference_s
+from ..frameworks import CONVENTIONS
+from ..hardware.profile import Profile
+from ..hardware.specs import ClusterSpec
+from ..network.collectives import Collective, collective_time_s
+from ..parallel.placement import GroupPlacement, stage_boundary_link
+from ..parallel.plan import Plan
+from ..parallel.schedule import Unit, sends_downstream, stage_order, upstream
+from ..workload.spec import TransformerSpec
+from .events import Engine
+from .stage_work import ChunkWork
+
+
+def optimizer_bytes_per_param(plan: Plan) -> float:
+    """Bytes the optimizer step moves per local parameter for the plan's precision
+    (``CONVENTIONS``: counted from the update's reads and writes)."""
+    if plan.precision.value == "fp32":
+        return CONVENTIONS.optimizer_traffic_fp32_bytes_per_param
+    return CONVENTIONS.optimizer_traffic_mixed_bytes_per_param
+
+
+@dataclass
+class StageTasks:
+    units: dict[Unit, int]
+    sends: dict[Unit, int]       # blocking pipeline sends on the compute stream, by producer
+    compute: str
+    last_unit: int
+    optimizer: int
+    dp_tasks: list[int]
+    tail: int                    # last task of the stage
+
+
+def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
+                     prof: Profile) -> float:
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.params - c.dense_params for c in chunks)
+    shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
+    eshard = max(1, (plan.dp * plan.cp) // plan.ep) if plan.zero_stage >= 1 else 1
+    local = dense / shard + expert / eshard
+    return memory_time_s(local * optimizer_bytes_per_param(plan), cluster.gpu, prof, kernels=4,
+                         kind="optimizer")
+
+
+def grad_reduce_bytes(plan: Plan) -> int:
+    """fp32 main-grad reduction (Megatron, DeepSpeed); 16-bit under FSDP mixed precision."""
+    if plan.zero_stage >= 3:
+        return 4 if plan.precision.value == "fp32" else 2
+    return 4
+
+
+def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
+                     groups: dict[str, GroupPlacement], prof: Profile) -> float:
+    """Gradient reduction: dense parameters over the DP group, expert parameters over the
+    expert-data-parallel group (ranks holding the same experts); all-reduce, or
+    reduce-scatter under ZeRO-1/2 unless ``zero1_allreduce`` (the parameter all-gather is
+    timed separately)."""
+    nb = grad_reduce_bytes(plan)
+    sharded = plan.zero_stage in (1, 2) and not plan.zero1_allreduce
+    coll = Collective.REDUCE_SCATTER if sharded else Collective.ALL_REDUCE
+    return (group_collective_s(coll, dense_params * nb, groups["dp"], prof)
+            + group_collective_s(coll, expert_params * nb, groups["edp"], prof))
+
+
+def param_gather_time_s(dense_params: float, expert_params: float, plan: Plan,
+                        groups: dict[str, GroupPlacement], prof: Profile) -> float:
+    """ZeRO-1/2: all-gather of the updated 16-bit (or fp32) parameters."""
+    if plan.zero_stage not in (1, 2):
+        return 0.0
+    wb = 4 if plan.precision.value == "fp32" else 2
+    return (group_collective_s(Collective.ALL_GATHER, dense_params * wb, groups["dp"], prof)
+            + group_collective_s(Collective.ALL_GATHER, expert_params * wb, groups["edp"], prof))
+
+
+def chunk_params(chunks) -> tuple[float, float]:
+    """(dense, expert) parameters held by one rank over ``chunks``."""
+    dense = sum(c.dense_params for c in chunks)
+    return dense, sum(c.params for c in chunks) - dense
+
+
+def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSpec,
+                plan: Plan, cluster: ClusterSpec, prof: Profile,
+                groups: dict[str, GroupPlacement]) -> list[StageTasks]:
+    m = plan.num_microbatches
+    t_send = pipeline_send_time_s(model, plan, cluster, prof, groups)
+    out = [_compute_tasks(eng, s, stages[s], plan, m, t_send) for s in range(plan.pp)]
+    _pipeline_sends(eng, out, t_send, plan)
+    for s in range(plan.pp):
+        _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
+    return out
+
+
+def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
+                   t_send: float) -> StageTasks:
+    """The stage's passes in schedule order; with ``pp_blocking_p2p`` each pass that feeds
+    another stage is followed by its send on the same stream (Megatron's and DeepSpeed's
+    synchronous p2p: the sender waits for the hand-off to complete)."""
+    comp = f"stage{s}.compute"
+    eng.stream(comp)
+    eng.link(f"stage{s}.link")
+    units: dict[Unit, int] = {}
+    sends: dict[Unit, int] = {}
+    tid = -1
+    for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
+        ch = chunks[u.chunk]
+        pc = ch.fwd if u.fwd else ch.bwd
+        name = f"{'F' if u.fwd else 'B'} mb{u.mb} c{u.chunk}"
+        tid = eng.add(name, comp, pc.total_s, stage=s, kind="fwd" if u.fwd else "bwd",
+                      mb=u.mb, chunk=u.chunk)
+        units[u] = tid
+        if plan.pp_blocking_p2p and sends_downstream(u, s, plan.pp, plan.vpp):
+            tid = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk}", comp,
+                          t_send, stage=s, kind="pp_send")
+            sends[u] = tid
+    return StageTasks(units, sends, comp, tid, -1, [], tid)
+
+
+def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
+                         prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+    """One activation (or gradient) hand-off between adjacent stages, per micro-batch.
+
+    With TP and ``pp_scatter_gather``, each rank sends only its 1/tp slice and the receiving
+    TP group all-gathers it over the scale-up fabric (Megatron's scatter/gather
+    optimisation, Narayanan et al. 2021 sec. 4.1); with sequence parallelism the
+    activations are already sliced; otherwise every TP rank sends the whole tensor.
+    """
+    if plan.pp == 1:
+        return 0.0
+    link = stage_boundary_link(cluster, plan)
+    tokens = plan.micro_batch * model.seq_len // plan.cp
+    full = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
+    sliced = plan.sequence_parallel or plan.pp_scatter_gather
+    t = collective_time_s(Collective.SEND_RECV, 2, full / plan.tp if sliced else full, link, prof)
+    if plan.tp > 1 and plan.pp_scatter_gather and not plan.sequence_parallel:
+        t += group_collective_s(Collective.ALL_GATHER, full, groups["tp"], prof)
+    return t
+
+
+def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan) -> None:
+    """Wire each pass to the pass it consumes: through the producer's blocking send on its
+    stream, or through an overlapped send on the producer's link."""
+    for s, stage in enumerate(st):
+        for u, tid in stage.units.items():
+            up = upstream(u, s, plan.pp, plan.vpp)
+            if up is None:
+                continue
+            src_stage, src_unit = up
+            src = st[src_stage].units[src_unit]
+            if src_stage == s:
+                eng.depend(tid, src)
+            elif src_unit in st[src_stage].sends:
+                eng.depend(tid, st[src_stage].sends[src_unit])
+            else:
+                x = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk} "
+                            f"{src_stage}->{s}", f"stage{src_stage}.link", t_send,
+                            [(src, 1.0)], stage=src_stage, kind="pp_send")
+                eng.depend(tid, x)
+
+
+def _last_backward(stage: StageTasks, chunk: int) -> int:
+    bwd = [(tid, u) for u, tid in stage.units.items() if not u.fwd and u.chunk == chunk]
+    return max(bwd)[0]
+
+
+def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], plan: Plan,
+                      cluster: ClusterSpec, prof: Profile, groups: dict[str, GroupPlacement],
+                      m: int) -> None:
+    s = chunks[0].stage
+    link = f"stage{s}.link"
+    prev = -1
+    if plan.zero_stage < 3 and (groups["dp"].size > 1 or groups["edp"].size > 1):
+        for ch in sorted(chunks, key=lambda c: -_last_backward(stage, c.chunk)):
+            prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev)
+    deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
+    t_int = _dp_interference_s(eng, stage, chunks, plan, prof, groups)
+    if t_int > 0:
+        stage.last_unit = eng.add("interference (dp overlap)", stage.compute, t_int,
+                                  [(stage.last_unit, 1.0)], stage=s, kind="interference")
+        deps[0] = (stage.last_unit, 1.0)
+    t_opt = optimizer_time_s(chunks, plan, cluster, prof)
+    stage.optimizer = eng.add("optimizer", stage.compute, t_opt, deps, stage=s, kind="optimizer")
+    stage.tail = stage.optimizer
+    t_ag = param_gather_time_s(*chunk_params(chunks), plan, groups, prof)
+    if t_ag > 0 and not plan.dp_overlap:
+        stage.tail = eng.add("param all-gather", link, t_ag, [(stage.optimizer, 1.0)],
+                             stage=s, kind="dp_comm")
+        stage.dp_tasks.append(stage.tail)
+
+
+def _dp_interference_s(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], plan: Plan,
+                       prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+    """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
+    per chunk the overlap is the shorter of its reduction and its last backward pass."""
+    if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
+        return 0.0
+    total = 0.0
+    for ch in chunks:
+        last_b = eng.tasks[_last_backward(stage, ch.chunk)].work_s
+        total += interference_s(min(sum(bucket_times_s(ch, plan, groups, prof)), last_b), prof)
+    return total
+
+
+def bucket_times_s(ch: ChunkWork, plan: Plan, groups: dict[str, GroupPlacement],
+                   prof: Profile) -> list[float]:
+    """Duration of each gradient bucket's reduction for one chunk (one bucket when the
+    reduction is not overlapped: it then runs as one coalesced collective)."""
+    dense, expert = chunk_params([ch])
+    n = max(1, math.ceil(ch.params / plan.bucket_params())) if plan.dp_overlap else 1
+    return [dp_reduce_time_s(dense / n, expert / n, plan, groups, prof)] * n
+
+
+def _chunk_buckets(eng: Engine, stage: StageTasks, ch: ChunkWork, plan: Plan, prof: Profile,
+                   groups: dict[str, GroupPlacement], link: str, prev: int) -> int:
+    """Gradient buckets of one chunk, released as its last backward pass progresses."""
+    last_b = _last_backward(stage, ch.chunk)
+    times = bucket_times_s(ch, plan, groups, prof)
+    for j, t in enumerate(times):
+        frac = (j + 1) / len(times) if plan.dp_overlap else 1.0
+        deps = [(last_b, frac)] + ([(prev, 1.0)] if prev >= 0 else [])
+        if not plan.dp_overlap:
+            deps.append((stage.last_unit, 1.0))
+        prev = eng.add(f"dp reduce c{ch.chunk} b{j}", link, t, deps, stage=ch.stage,
+                       kind="dp_comm")
+        stage.dp_tasks.append(prev)
+    return prev

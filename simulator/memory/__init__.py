@@ -1,0 +1,2 @@
+"""Memory per rank: weights, gradients, optimizer state, activations per schedule and
+recompute mode, workspace (``accounting``)."""

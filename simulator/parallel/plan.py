@@ -1,0 +1,183 @@
+"""Parallel strategy (``Plan``) and its validation against a model and a cluster."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ..errors import InvalidInputError
+from ..hardware.specs import ClusterSpec, Dtype
+from ..workload.spec import TransformerSpec
+
+
+class Schedule(str, Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+class Recompute(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"   # Korthikanti et al. 2022: recompute attention core only
+    FULL = "full"             # recompute each whole layer in backward
+
+
+class AttentionImpl(str, Enum):
+    FLASH = "flash"           # fused FlashAttention-2-class kernel, no s^2 tensor in HBM
+    FLASH3 = "flash3"         # Hopper+ kernels (FlashAttention-3 / cuDNN, as in Transformer Engine)
+    MATERIALIZED = "materialized"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one training step is laid over the GPUs.
+
+    ``micro_batch`` and ``global_batch`` count sequences. ``vpp`` is virtual stages per
+    rank (interleaved 1F1B). ``ep`` splits experts inside the data-parallel group
+    (Megatron convention: ep divides dp*cp... here ep must divide dp).
+    ``dp_bucket_bytes`` sizes gradient-reduction buckets when ``dp_overlap`` is on (0 =
+    framework default, see ``bucket_params``).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero_stage: int = 0
+    precision: Dtype = Dtype.BF16
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    attention: AttentionImpl = AttentionImpl.FLASH
+    dp_overlap: bool = True
+    tp_overlap: bool = False
+    dp_bucket_bytes: int = 0              # 0: Megatron-Core's default (see bucket_bytes)
+    pp_scatter_gather: bool = True        # Megatron: each TP rank sends 1/tp of a pipeline hand-off
+    pp_blocking_p2p: bool = True          # pipeline sends hold the sender's stream (no p2p overlap)
+    # Extra bytes moved per local parameter after every micro-batch's backward to accumulate
+    # gradients outside the weight-gradient GEMM (DeepSpeed's BF16_Optimizer: zero the bf16
+    # grads, then fp32 += bf16: 2 + 10 B). 0: the GEMM accumulates in place (Megatron's
+    # gradient-accumulation fusion into fp32 main_grad, PyTorch DDP/FSDP).
+    grad_accum_bytes_per_param: float = 0.0
+    # ZeRO-1 as all-reduce of the gradients + update of this rank's shard + all-gather of the
+    # parameters (DeepSpeed BF16_Optimizer on ZeRO stage 0), instead of reduce-scatter.
+    zero1_allreduce: bool = False
+
+    def __post_init__(self) -> None:
+        for name, enum in (("recompute", Recompute), ("precision", Dtype),
+                           ("schedule", Schedule), ("attention", AttentionImpl)):
+            v = getattr(self, name)
+            if not isinstance(v, enum):
+                try:
+                    object.__setattr__(self, name, enum(v))
+                except ValueError:
+                    valid = ", ".join(e.value for e in enum)
+                    raise InvalidInputError(name, v, f"one of {valid}") from None
+        for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidInputError(name, v, "a positive integer")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise InvalidInputError("zero_stage", self.zero_stage, "0, 1, 2 or 3")
+        if self.precision == Dtype.TF32:
+            raise InvalidInputError("precision", "tf32", "fp32, fp16, bf16 or fp8")
+        if self.grad_accum_bytes_per_param < 0:
+            raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
+                                   "bytes per parameter >= 0")
+        if self.dp_bucket_bytes < 0:
+            raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
+                                    "a positive size, or 0 for the framework default")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    def bucket_params(self) -> int:
+        """Parameters per gradient bucket: the explicit size (assuming 4-byte gradients), or
+        Megatron-Core's default ``max(40M, 1M x dp)`` parameters, which grows buckets with
+        the data-parallel size so per-collective latency stays amortised."""
+        if self.dp_bucket_bytes:
+            return max(1, self.dp_bucket_bytes // 4)
+        return max(40_000_000, 1_000_000 * self.dp * self.cp)
+
+
+def validate(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> None:
+    """Raise ``InvalidInputError`` naming the first field that does not fit."""
+    _check_gpus(plan, cluster)
+    _check_model_split(plan, model)
+    _check_batch(plan)
+    _check_schedule(plan, model)
+
+
+def _divisors(n: int) -> str:
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, ds[:12])) + (" ..." if len(ds) > 12 else "")
+
+
+def _check_gpus(plan: Plan, cluster: ClusterSpec) -> None:
+    if plan.world_size != cluster.n_gpus:
+        raise InvalidInputError(
+            "dp", plan.dp,
+            f"tp*pp*dp*cp must equal the GPU count {cluster.n_gpus}; "
+            f"tp*pp*cp={plan.tp * plan.pp * plan.cp} so dp={cluster.n_gpus // max(1, plan.tp * plan.pp * plan.cp)}"
+            if cluster.n_gpus % (plan.tp * plan.pp * plan.cp) == 0 else
+            f"tp*pp*dp*cp={plan.world_size} must equal the GPU count {cluster.n_gpus}")
+    if plan.tp > cluster.node.scale_up_domain_gpus:
+        raise InvalidInputError("tp", plan.tp,
+                                f"at most the scale-up domain size {cluster.node.scale_up_domain_gpus}")
+
+
+def _check_model_split(plan: Plan, model: TransformerSpec) -> None:
+    if model.n_heads % plan.tp:
+        raise InvalidInputError("tp", plan.tp, f"a divisor of n_heads={model.n_heads}: {_divisors(model.n_heads)}")
+    if model.n_kv_heads % plan.tp and plan.tp % model.n_kv_heads:
+        raise InvalidInputError("tp", plan.tp,
+                                f"a divisor or multiple of n_kv_heads={model.n_kv_heads}")
+    if model.ffn_hidden % plan.tp:
+        raise InvalidInputError("tp", plan.tp, f"a divisor of ffn_hidden={model.ffn_hidden}")
+    if plan.pp > model.n_layers:
+        raise InvalidInputError("pp", plan.pp, f"at most n_layers={model.n_layers}")
+    if model.seq_len % (2 * plan.cp if plan.cp > 1 else 1):
+        raise InvalidInputError("cp", plan.cp, f"2*cp must divide seq_len={model.seq_len}")
+    if plan.sequence_parallel and model.seq_len % (plan.tp * plan.cp):
+        raise InvalidInputError("sequence_parallel", True,
+                                f"tp*cp={plan.tp * plan.cp} must divide seq_len={model.seq_len}")
+    if model.moe is None:
+        if plan.ep != 1:
+            raise InvalidInputError("ep", plan.ep, "1 for a dense model")
+        return
+    if model.moe.experts % plan.ep:
+        raise InvalidInputError("ep", plan.ep,
+                                f"a divisor of moe_experts={model.moe.experts}: {_divisors(model.moe.experts)}")
+    if (plan.dp * plan.cp) % plan.ep:
+        raise InvalidInputError("ep", plan.ep, f"a divisor of dp*cp={plan.dp * plan.cp}")
+
+
+def _check_batch(plan: Plan) -> None:
+    per_step = plan.micro_batch * plan.dp
+    if plan.global_batch % per_step:
+        raise InvalidInputError(
+            "global_batch", plan.global_batch,
+            f"a multiple of micro_batch*dp={per_step}")
+
+
+def _check_schedule(plan: Plan, model: TransformerSpec) -> None:
+    if plan.vpp > 1 and plan.schedule != Schedule.INTERLEAVED:
+        raise InvalidInputError("vpp", plan.vpp, "1 unless --schedule interleaved")
+    if plan.schedule == Schedule.INTERLEAVED:
+        if plan.pp == 1:
+            raise InvalidInputError("schedule", "interleaved", "gpipe or 1f1b when pp=1")
+        if plan.num_microbatches % plan.pp:
+            raise InvalidInputError("global_batch", plan.global_batch,
+                                    f"interleaved 1F1B needs micro-batches ({plan.num_microbatches}) "
+                                    f"divisible by pp={plan.pp}")
+    chunks = plan.pp * plan.vpp
+    if chunks > model.n_layers:
+        raise InvalidInputError("vpp", plan.vpp, f"pp*vpp={chunks} must be at most n_layers={model.n_layers}")

@@ -1,0 +1,231 @@
+"""Evaluating search candidates: flat result records, and where they run.
+
+``ExecutorKind.LOCAL`` runs batches on a ``concurrent.futures`` process pool over the
+local cores (inline when one worker is asked for or the batch list is short);
+``ExecutorKind.RAY`` submits the same batches as Ray tasks (``pip install
+complexity-framework[ray]``; ``address=None`` starts or joins a local Ray instance).
+Every candidate comes back as a flat record (one Parquet row in ``store``).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, Iterator, Sequence
+
+from ..engine.result import Breakdown, Result
+from ..engine.simulate import simulate
+from ..errors import InfeasiblePlanError, InvalidInputError, UnsupportedError
+from ..hardware.profile import Profile
+from ..hardware.specs import ClusterSpec
+from ..parallel.plan import Plan
+from ..workload.spec import TransformerSpec
+from .store import candidate_key, plan_dict
+
+BREAKDOWN_COLUMNS = tuple(f.name for f in fields(Breakdown))
+
+
+class Engine(str, Enum):
+    ANALYTIC = "analytic"
+    EVENT = "event"
+
+
+class ExecutorKind(str, Enum):
+    LOCAL = "local"
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What every candidate of one search target shares."""
+
+    model: TransformerSpec
+    cluster: ClusterSpec
+    profile: Profile
+    global_batch: int
+    fingerprint: str
+
+
+# ---- records --------------------------------------------------------------------------------
+def _base_record(ctx: EvalContext, plan: Plan, engine: Engine) -> dict[str, Any]:
+    rec: dict[str, Any] = {"key": candidate_key(ctx.fingerprint, plan, engine.value),
+                           "fingerprint": ctx.fingerprint, "model": ctx.model.name,
+                           "gpu": ctx.cluster.gpu.key, "n_gpus": ctx.cluster.n_gpus,
+                           "seq_len": ctx.model.seq_len, "engine": engine.value}
+    rec.update(plan_dict(plan))
+    return rec
+
+
+def result_record(ctx: EvalContext, plan: Plan, engine: Engine, res: Result) -> dict[str, Any]:
+    rec = _base_record(ctx, plan, engine)
+    rec.update(status="ok" if res.fits_in_memory else "memory",
+               step_time_s=res.step_time_s, tokens_per_s=res.tokens_per_s,
+               tokens_per_s_per_gpu=res.tokens_per_s_per_gpu, mfu=res.mfu, hfu=res.hfu,
+               peak_memory_bytes=max(res.peak_memory_bytes),
+               memory_capacity_bytes=res.memory_capacity_bytes,
+               critical_stage=res.critical_stage, num_microbatches=res.num_microbatches,
+               sim_wall_s=res.sim_wall_s)
+    rec.update(res.breakdown.as_dict())
+    return rec
+
+
+def failed_record(ctx: EvalContext, plan: Plan, engine: Engine, status: str) -> dict[str, Any]:
+    rec = _base_record(ctx, plan, engine)
+    nan = math.nan
+    rec.update(status=status, step_time_s=nan, tokens_per_s=nan, tokens_per_s_per_gpu=nan,
+               mfu=nan, hfu=nan, peak_memory_bytes=nan,
+               memory_capacity_bytes=ctx.cluster.gpu.mem_bytes, critical_stage=-1,
+               num_microbatches=plan.num_microbatches, sim_wall_s=0.0)
+    rec.update({c: nan for c in BREAKDOWN_COLUMNS})
+    return rec
+
+
+def evaluate(ctx: EvalContext, plan: Plan, engine: Engine) -> dict[str, Any]:
+    """Simulate one candidate; never raises for a plan the simulator refuses."""
+    try:
+        res = simulate(ctx.model, plan, ctx.cluster, ctx.profile, engine=engine.value)
+    except InfeasiblePlanError as exc:
+        return failed_record(ctx, plan, engine, f"failed:{exc.reason}")
+    except InvalidInputError as exc:
+        return failed_record(ctx, plan, engine, f"divisibility:{exc.field}")
+    except UnsupportedError:
+        return failed_record(ctx, plan, engine, "unsupported:simulator")
+    return result_record(ctx, plan, engine, res)
+
+
+# ---- batches --------------------------------------------------------------------------------
+Batch = tuple[int, tuple[Plan, ...], Engine]       # (context index, plans, engine)
+
+_WORKER_CONTEXTS: Sequence[EvalContext] = ()
+
+
+def _init_worker(contexts: Sequence[EvalContext]) -> None:
+    global _WORKER_CONTEXTS
+    _WORKER_CONTEXTS = contexts
+
+
+def _run_batch(batch: Batch) -> list[dict[str, Any]]:
+    i, plans, engine = batch
+    return [evaluate(_WORKER_CONTEXTS[i], p, engine) for p in plans]
+
+
+def make_batches(items: Sequence[tuple[int, Plan]], engine: Engine, workers: int) -> list[Batch]:
+    """Batches of plans of one context each, about 8 batches per worker."""
+    by_ctx: dict[int, list[Plan]] = {}
+    for i, p in items:
+        by_ctx.setdefault(i, []).append(p)
+    size = max(1, min(64, math.ceil(len(items) / max(1, 8 * workers))))
+    return [(i, tuple(plans[j:j + size]), engine)
+            for i, plans in sorted(by_ctx.items()) for j in range(0, len(plans), size)]
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 16))
+
+
+class LocalExecutor:
+    """Process pool over local cores; inline for one worker or few batches."""
+
+    def __init__(self, contexts: Sequence[EvalContext], workers: int | None = None) -> None:
+        self.contexts = list(contexts)
+        self.workers = workers or default_workers()
+
+    def run(self, batches: list[Batch], n_items: int) -> Iterator[list[dict[str, Any]]]:
+        """Inline when a pool would not pay: one worker, one batch, or a short list of
+        cheap analytic candidates (event candidates are worth a process each)."""
+        cheap = bool(batches) and batches[0][2] == Engine.ANALYTIC
+        if self.workers <= 1 or len(batches) < 2 or (cheap and n_items < 64):
+            _init_worker(self.contexts)
+            for b in batches:
+                yield _run_batch(b)
+            return
+        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method),
+                                 initializer=_init_worker, initargs=(self.contexts,)) as pool:
+            yield from _drain(pool, batches, self.workers * 2)
+
+
+def _drain(pool: ProcessPoolExecutor, batches: list[Batch], window: int):
+    """Submit at most ``window`` batches ahead; yield results as they complete."""
+    todo = list(reversed(batches))
+    running = set()
+    try:
+        while todo or running:
+            while todo and len(running) < window:
+                running.add(pool.submit(_run_batch, todo.pop()))
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield f.result()
+    finally:
+        for f in running:
+            f.cancel()
+
+
+class RayExecutor:
+    """Evaluates batches as Ray tasks (``address=None``: local instance)."""
+
+    def __init__(self, contexts: Sequence[EvalContext], address: str | None = None,
+                 workers: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise UnsupportedError("--executor ray needs the optional extra: "
+                                   "pip install 'complexity-framework[ray]'") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            kwargs = {"address": address} if address else {"num_cpus": workers or default_workers()}
+            ray.init(ignore_reinit_error=True, log_to_driver=False,
+                     include_dashboard=False, **kwargs)
+        self.ctx_ref = ray.put(list(contexts))
+        self._task = ray.remote(_ray_batch)
+
+    def run(self, batches: list[Batch], n_items: int) -> Iterator[list[dict[str, Any]]]:
+        pending = [self._task.remote(self.ctx_ref, b) for b in batches]
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield self.ray.get(ref)
+
+
+def _ray_batch(contexts: Sequence[EvalContext], batch: Batch) -> list[dict[str, Any]]:
+    _init_worker(contexts)
+    return _run_batch(batch)
+
+
+def make_executor(kind: ExecutorKind, contexts: Sequence[EvalContext], workers: int | None,
+                  address: str | None):
+    if ExecutorKind(kind) == ExecutorKind.RAY:
+        return RayExecutor(contexts, address, workers)
+    return LocalExecutor(contexts, workers)
+
+
+# ---- progress -------------------------------------------------------------------------------
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most every 0.25 s."""
+
+    def __init__(self, total: int, label: str, enabled: bool, stream=None) -> None:
+        self.total, self.label, self.enabled = max(1, total), label, enabled
+        self.stream = stream or sys.stderr
+        self.done = 0
+        self.t0 = self._last = time.perf_counter()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if self.enabled and (now - self._last > 0.25 or self.done >= self.total):
+            self._last = now
+            frac = min(1.0, self.done / self.total)
+            bar = "#" * int(30 * frac)
+            self.stream.write(f"\r{self.label} [{bar:<30s}] {self.done}/{self.total} "
+                              f"{now - self.t0:6.1f} s")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()

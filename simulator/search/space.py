@@ -1,0 +1,339 @@
+"""The strategy search space: which plans exist, which are rejected and why.
+
+``enumerate_space`` walks every combination of the knobs in a ``SearchSpace`` for one
+(model, cluster, global batch) and yields either a ``Plan`` worth simulating or a
+``Rejection`` (a reason and how many candidate plans it covers). Rules that *define* the
+space, rather than reject from it, are listed in ``SearchSpace.rules()`` so a report can
+say what was never generated:
+
+* tp is a power of two; a tp above the scale-up (NVLink) domain is rejected (topology);
+* pp is a divisor of ``n_gpus / (tp * cp)``; uneven layer splits are allowed for 1F1B;
+* interleaved stages (vpp > 1) need ``n_layers % (pp * vpp) == 0`` (Megatron's rule);
+* cp > 1 only when ``seq_len >= cp_min_seq_len``; ep > 1 only for MoE models;
+* sequence parallelism only when tp > 1; ZeRO-3 only without pipeline parallelism
+  (neither Megatron nor DeepSpeed pipelines shard weights); ZeRO-1 with a data-parallel
+  group of one is the same plan as ZeRO-0.
+
+Memory is checked by ``estimate_stage_memory``: the same accounting as
+``simulator.engine.simulate.stage_memory`` (a test keeps the two equal) without pricing any op, so a
+plan that cannot fit is dropped before it is simulated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from functools import lru_cache
+from typing import Iterator
+
+from ..engine.stage_work import layer_shape, partition_layers
+from ..errors import InvalidInputError
+from ..hardware.specs import ClusterSpec, Dtype
+from ..memory.accounting import (
+    StageMemory,
+    layer_activation_bytes,
+    state_bytes,
+    workspace_bytes,
+)
+from ..parallel.plan import AttentionImpl, Plan, Recompute, Schedule, validate
+from ..parallel.schedule import in_flight_microbatches
+from ..workload.ops import LayerShape, embedding_ops, head_ops, layer_ops
+from ..workload.spec import TransformerSpec
+
+_POW2 = tuple(2 ** i for i in range(11))          # 1 .. 1024
+
+
+class RejectReason(str, Enum):
+    """Why a candidate plan was not simulated (or not kept)."""
+
+    TOPOLOGY = "topology"               # tp larger than the scale-up domain
+    DIVISIBILITY = "divisibility"       # heads / layers / batch / experts do not split
+    UNSUPPORTED = "unsupported"         # a combination frameworks do not run
+    DUPLICATE = "duplicate"             # identical to another candidate
+    MEMORY = "memory"                   # does not fit in GPU memory
+    DOMINATED = "dominated"             # a cheaper recompute mode of the same plan fits
+    FAILED = "failed"                   # the simulator refused it (InfeasiblePlanError)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: RejectReason
+    detail: str                          # e.g. the field that failed validation
+    count: int = 1                       # candidate plans this rejection stands for
+
+    @property
+    def key(self) -> str:
+        return f"{self.reason.value}:{self.detail}" if self.detail else self.reason.value
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Knob values to try. Framework behaviour (attention kernel, overlaps) is fixed per
+    search so that plans are compared under one software stack."""
+
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    zero_stages: tuple[int, ...] = (0, 1, 3)
+    recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    precisions: tuple[Dtype, ...] = (Dtype.BF16,)
+    vpps: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    max_tp: int = 64
+    max_cp: int = 16
+    cp_min_seq_len: int = 8192
+    attention: AttentionImpl = AttentionImpl.FLASH
+    dp_overlap: bool = True
+    tp_overlap: bool = False
+    prune_dominated: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batches", "vpps"):
+            vals = getattr(self, name)
+            if not vals or any(not isinstance(v, int) or v < 1 for v in vals):
+                raise InvalidInputError(name, vals, "a non-empty list of positive integers")
+        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise InvalidInputError("zero_stages", self.zero_stages, "values among 0, 1, 2, 3")
+        object.__setattr__(self, "recomputes", tuple(Recompute(r) for r in self.recomputes))
+        object.__setattr__(self, "precisions", tuple(Dtype(p) for p in self.precisions))
+        object.__setattr__(self, "attention", AttentionImpl(self.attention))
+        if not self.recomputes or not self.precisions:
+            raise InvalidInputError("recomputes/precisions", "()", "at least one value each")
+
+    def rules(self) -> list[str]:
+        return [
+            "tp: powers of two; tp > scale-up domain rejected (topology)",
+            "pp: divisors of n_gpus/(tp*cp); uneven layer split allowed without interleaving",
+            "vpp > 1: interleaved 1F1B, n_layers divisible by pp*vpp",
+            f"cp > 1 only when seq_len >= {self.cp_min_seq_len}; cp <= {self.max_cp}",
+            "ep > 1 only for MoE: divisors of the expert count that divide dp*cp",
+            "sequence parallel only when tp > 1; ZeRO-3 only when pp == 1",
+            f"attention={self.attention.value} dp_overlap={self.dp_overlap} "
+            f"tp_overlap={self.tp_overlap} (fixed for the whole search)",
+        ]
+
+
+# ---- shapes: (tp, cp, pp, dp, ep) ---------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _cp_options(model: TransformerSpec, space: SearchSpace) -> list[int]:
+    if model.seq_len < space.cp_min_seq_len:
+        return [1]
+    return [c for c in _POW2 if c <= space.max_cp]
+
+
+def _ep_options(model: TransformerSpec, dp: int, cp: int) -> list[int]:
+    if model.moe is None:
+        return [1]
+    return [e for e in _divisors(model.moe.experts) if (dp * cp) % e == 0]
+
+
+def enumerate_shapes(model: TransformerSpec, n_gpus: int, space: SearchSpace) -> Iterator[Shape]:
+    """Every (tp, cp, pp, dp, ep) whose product of tp*cp*pp*dp is ``n_gpus``."""
+    tps = [t for t in _POW2 if t <= min(space.max_tp, n_gpus)]
+    for tp in tps:
+        for cp in _cp_options(model, space):
+            if n_gpus % (tp * cp):
+                continue
+            rest = n_gpus // (tp * cp)
+            for pp in _divisors(rest):
+                dp = rest // pp
+                for ep in _ep_options(model, dp, cp):
+                    yield Shape(tp, cp, pp, dp, ep)
+
+
+# ---- knobs per shape ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Knobs:
+    micro_batch: int
+    vpp: int
+    zero_stage: int
+    recompute: Recompute
+    sequence_parallel: bool
+    precision: Dtype
+
+
+def knob_options(model: TransformerSpec, shape: Shape, space: SearchSpace) -> list[Knobs]:
+    vpps = [1] if shape.pp == 1 else [v for v in space.vpps
+                                      if v == 1 or model.n_layers % (shape.pp * v) == 0]
+    sps = (False, True) if shape.tp > 1 else (False,)
+    return [Knobs(mb, v, z, rc, sp, prec)
+            for prec in space.precisions for mb in space.micro_batches for v in vpps
+            for z in space.zero_stages for sp in sps for rc in space.recomputes]
+
+
+def make_plan(shape: Shape, k: Knobs, global_batch: int, space: SearchSpace) -> Plan:
+    return Plan(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, ep=shape.ep, vpp=k.vpp,
+                micro_batch=k.micro_batch, global_batch=global_batch,
+                sequence_parallel=k.sequence_parallel, recompute=k.recompute,
+                zero_stage=k.zero_stage, precision=k.precision,
+                schedule=Schedule.INTERLEAVED if k.vpp > 1 else Schedule.ONE_F_ONE_B,
+                attention=space.attention, dp_overlap=space.dp_overlap,
+                tp_overlap=space.tp_overlap)
+
+
+def _rule_rejection(shape: Shape, k: Knobs) -> Rejection | None:
+    if k.zero_stage >= 2 and shape.pp > 1:
+        return Rejection(RejectReason.UNSUPPORTED, "zero2/3 with pipeline")
+    if k.zero_stage == 1 and shape.dp * shape.cp == 1:
+        return Rejection(RejectReason.DUPLICATE, "zero1 without data parallelism")
+    return None
+
+
+def _validation_rejection(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> Rejection | None:
+    try:
+        validate(plan, model, cluster)
+    except InvalidInputError as exc:
+        reason = RejectReason.TOPOLOGY if exc.field == "tp" and \
+            plan.tp > cluster.node.scale_up_domain_gpus else RejectReason.DIVISIBILITY
+        return Rejection(reason, exc.field)
+    return None
+
+
+def enumerate_space(model: TransformerSpec, cluster: ClusterSpec, global_batch: int,
+                    space: SearchSpace) -> Iterator[Plan | Rejection]:
+    """Candidate plans that pass validation and the space's rules, and rejections (with the
+    number of plans each covers) for everything else. Memory is not checked here."""
+    for shape in enumerate_shapes(model, cluster.n_gpus, space):
+        knobs = knob_options(model, shape, space)
+        base = make_plan(shape, Knobs(1, 1, 0, Recompute.NONE, False, space.precisions[0]),
+                         global_batch, space)
+        shape_rej = _validation_rejection(replace(base, global_batch=base.dp), model, cluster)
+        if shape_rej is not None:
+            yield replace(shape_rej, count=len(knobs))
+            continue
+        for k in knobs:
+            rej = _rule_rejection(shape, k)
+            if rej is None:
+                plan = make_plan(shape, k, global_batch, space)
+                rej = _validation_rejection(plan, model, cluster)
+                if rej is None:
+                    yield plan
+                    continue
+            yield rej
+
+
+# ---- fast memory estimate -------------------------------------------------------------------
+@lru_cache(maxsize=100_000)
+def _in_flight(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> float:
+    return in_flight_microbatches(schedule, stage, pp, m, vpp)
+
+
+@lru_cache(maxsize=4096)
+def _layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
+                  moe_layer: bool) -> tuple[float, float]:
+    """(activation bytes kept per micro-batch, largest saved tensor) of one layer."""
+    layer = model.moe.dense_layers if moe_layer else 0
+    fwd = layer_ops(model, sh, layer)
+    tokens = sh.micro_batch * model.seq_len // sh.cp
+    if sh.sequence_parallel:
+        tokens //= sh.tp
+    act = layer_activation_bytes(fwd, recompute, tokens * model.hidden * sh.act_bytes)
+    return act, max((o.saved_bytes for o in fwd), default=0.0)
+
+
+@lru_cache(maxsize=4096)
+def _edge_memory(model: TransformerSpec, sh: LayerShape, first: bool, last: bool) -> tuple[float, float]:
+    """(saved bytes, largest saved tensor) of the embedding / output head on a chunk."""
+    ops = (embedding_ops(model, sh) if first else []) + (head_ops(model, sh) if last else [])
+    if not ops:
+        return 0.0, 0.0
+    return sum(o.saved_bytes for o in ops), max(o.saved_bytes for o in ops)
+
+
+def _layer_params(model: TransformerSpec, plan: Plan, moe_layer: bool) -> tuple[float, float]:
+    """(params on one rank, of which replicated over the whole DP group) for one layer."""
+    layer = model.moe.dense_layers if moe_layer else 0
+    if not moe_layer:
+        p = model.layer_params(layer) / plan.tp
+        return p, p
+    routed = model.moe.experts * model.dense_mlp_params(model.moe.expert_ffn_hidden)
+    dense = (model.layer_params(layer) - routed) / plan.tp
+    return dense + routed / (plan.ep * plan.tp), dense
+
+
+@dataclass
+class _ChunkMem:
+    params: float = 0.0
+    dense: float = 0.0
+    act: float = 0.0
+    largest: float = 0.0
+    layers: int = 0
+
+
+def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: list[int],
+                  first: bool, last: bool) -> _ChunkMem:
+    c = _ChunkMem(layers=len(layers))
+    emb = model.vocab * model.hidden / plan.tp
+    if first:
+        c.params += emb
+    if last and not (model.tied_embeddings and first):
+        c.params += emb
+    c.dense = c.params
+    n_moe = sum(1 for i in layers if model.is_moe_layer(i))
+    for is_moe, n in ((False, len(layers) - n_moe), (True, n_moe)):
+        if n == 0:
+            continue
+        p, d = _layer_params(model, plan, is_moe)
+        act, big = _layer_memory(model, sh, plan.recompute, is_moe)
+        c.params += n * p
+        c.dense += n * d
+        c.act += n * act
+        c.largest = max(c.largest, big)
+    saved, big = _edge_memory(model, sh, first, last)
+    c.act += saved
+    c.largest = max(c.largest, big)
+    return c
+
+
+def _stage_chunks(model: TransformerSpec, plan: Plan, sh: LayerShape, parts: list[list[int]],
+                  s: int) -> list[_ChunkMem]:
+    C = plan.pp * plan.vpp
+    return [_chunk_memory(model, plan, sh, parts[c * plan.pp + s], c * plan.pp + s == 0,
+                          c * plan.pp + s == C - 1) for c in range(plan.vpp)]
+
+
+def _stage_memory(plan: Plan, s: int, chunks: list[_ChunkMem], in_flight: float) -> StageMemory:
+    """Mirror of ``simulator.engine.simulate.stage_memory`` (a test keeps them equal)."""
+    shard = plan.dp * plan.cp
+    dense = sum(c.dense for c in chunks)
+    expert = sum(c.params - c.dense for c in chunks)
+    w1, g1, o1 = state_bytes(dense, plan, shard)
+    w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
+    acts = in_flight * sum(c.act for c in chunks)
+    ws = workspace_bytes(plan, max(c.largest for c in chunks))
+    return StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws)
+
+
+def estimate_stage_memory(model: TransformerSpec, plan: Plan) -> list[StageMemory]:
+    """Peak memory of one rank per pipeline stage, without pricing any op."""
+    parts = partition_layers(model.n_layers, plan.pp * plan.vpp)
+    sh = layer_shape(model, plan)
+    return [_stage_memory(plan, s, _stage_chunks(model, plan, sh, parts, s),
+                          _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp))
+            for s in range(plan.pp)]
+
+
+def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
+    """``max(estimate_stage_memory(...))`` computed once per distinct stage content: stages
+    holding the same layer counts differ only in how many micro-batches are in flight."""
+    C = plan.pp * plan.vpp
+    parts = partition_layers(model.n_layers, C)
+    groups: dict[tuple, tuple[int, float]] = {}
+    for s in range(plan.pp):
+        sig = tuple((len(parts[g]), sum(map(model.is_moe_layer, parts[g])), g == 0, g == C - 1)
+                    for g in range(s, C, plan.pp))
+        m = _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
+        if sig not in groups or m > groups[sig][1]:
+            groups[sig] = (s, m)
+    sh = layer_shape(model, plan)
+    return max(_stage_memory(plan, s, _stage_chunks(model, plan, sh, parts, s), m).total_bytes
+               for s, m in groups.values())

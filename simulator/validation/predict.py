@@ -1,0 +1,277 @@
+"""Predict published training runs (rows in the ``published_runs.csv`` schema).
+
+Each row becomes (model, cluster, plan). Cells the source leaves empty are chosen and
+reported in the ``chosen`` column:
+
+* framework behaviour that the framework's own documentation fixes (attention kernel,
+  gradient-reduction overlap, TP-communication overlap) comes from ``FRAMEWORKS``;
+* an empty ``vpp`` means the frameworks' default, the non-interleaved schedule;
+* tunables with no framework default (micro-batch, and recompute / sequence parallelism
+  where the framework does not fix them) are set to the best *feasible* value by our own
+  simulation: the shortest predicted step that fits in memory. Measured step times are
+  never read while choosing.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from ..engine.result import Result
+from ..engine.simulate import simulate
+from ..errors import ComplexityError, InfeasiblePlanError, InvalidInputError
+from ..frameworks.defaults import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORKS,
+    FrameworkDefaults,
+)
+from ..hardware.profile import Profile
+from ..hardware.specs import ClusterSpec
+from ..parallel.plan import Plan
+from ..workload import MLP, MoESpec, TransformerSpec, get_preset
+
+OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
+               "chosen", "status"]
+
+
+@dataclass
+class RowOutcome:
+    row: dict[str, str]
+    result: Result | None
+    chosen: str
+    status: str
+    error_pct: float | None
+
+
+# ---- row parsing ---------------------------------------------------------------------------
+def _int(row: Mapping[str, str], key: str, default: int | None = None) -> int | None:
+    v = (row.get(key) or "").strip()
+    if v == "":
+        return default
+    try:
+        f = float(v)
+    except ValueError:
+        raise InvalidInputError(key, v, "a number") from None
+    if not f.is_integer():
+        raise InvalidInputError(key, v, "a whole number")
+    return int(f)
+
+
+def _bool(row: Mapping[str, str], key: str) -> bool | None:
+    v = (row.get(key) or "").strip().lower()
+    if v == "":
+        return None
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise InvalidInputError(key, v, "true or false")
+
+
+def row_model(row: Mapping[str, str]) -> TransformerSpec:
+    """Preset (if named) with explicit dimension columns overriding it."""
+    base = get_preset(row["model"].strip()) if (row.get("model") or "").strip() else None
+    def pick(col: str, attr: str):
+        v = _int(row, col)
+        return v if v is not None else (getattr(base, attr) if base else None)
+    fields = {"n_layers": pick("n_layers", "n_layers"), "hidden": pick("hidden", "hidden"),
+              "ffn_hidden": pick("ffn_hidden", "ffn_hidden"), "n_heads": pick("n_heads", "n_heads"),
+              "n_kv_heads": pick("n_kv_heads", "n_kv_heads"), "vocab": pick("vocab", "vocab"),
+              "seq_len": pick("seq_len", "seq_len")}
+    for k, v in fields.items():
+        if v is None and k not in ("n_heads", "n_kv_heads"):
+            raise InvalidInputError(k, "", "a value (or a model preset that provides it)")
+    mlp = (row.get("mlp") or "").strip() or (base.mlp.value if base else "gelu")
+    moe = _row_moe(row, base)
+    heads = fields["n_heads"]
+    kv = fields["n_kv_heads"] or heads
+    head_dim = base.head_dim if base and heads == base.n_heads and base.hidden == fields["hidden"] else 0
+    return TransformerSpec(name=(row.get("model") or row.get("id") or "row").strip(),
+                           n_layers=fields["n_layers"], hidden=fields["hidden"],
+                           ffn_hidden=fields["ffn_hidden"], n_heads=heads or 0, n_kv_heads=kv or 0,
+                           vocab=fields["vocab"], seq_len=fields["seq_len"], mlp=MLP(mlp),
+                           tied_embeddings=base.tied_embeddings if base else False,
+                           head_dim=head_dim, moe=moe, source=row.get("source", ""))
+
+
+def _row_moe(row: Mapping[str, str], base: TransformerSpec | None) -> MoESpec | None:
+    experts = _int(row, "moe_experts")
+    if experts is None:
+        return base.moe if base else None
+    return MoESpec(experts=experts, top_k=_int(row, "moe_topk", 1),
+                   expert_ffn_hidden=_int(row, "moe_ffn_hidden", _int(row, "ffn_hidden")),
+                   shared_experts=_int(row, "moe_shared_experts", 0),
+                   dense_layers=_int(row, "moe_dense_layers", 0))
+
+
+def missing_heads(row: Mapping[str, str]) -> bool:
+    return _int(row, "n_heads") is None and not (row.get("model") or "").strip()
+
+
+# ---- plan ----------------------------------------------------------------------------------
+def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
+    tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
+    bf16_row = (row.get("precision") or "").strip() == "bf16"   # fw's bf16-only behaviour
+    vpp = _int(row, "vpp", 1)
+    return Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
+                vpp=vpp, micro_batch=_int(row, "micro_batch", 1),
+                global_batch=_int(row, "global_batch"),
+                sequence_parallel=bool(_bool(row, "sequence_parallel")) and tp > 1,
+                recompute=(row.get("recompute") or "none").strip(),
+                zero_stage=_int(row, "zero_stage", 0),
+                precision=(row.get("precision") or "bf16").strip(),
+                schedule="interleaved" if vpp > 1 else "1f1b",
+                attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
+                pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p,
+                grad_accum_bytes_per_param=fw.grad_accum_bytes_per_param if bf16_row else 0.0,
+                zero1_allreduce=fw.zero1_allreduce and bf16_row)
+
+
+def candidate_plans(row: Mapping[str, str], base: Plan,
+                    fw: FrameworkDefaults) -> Iterable[tuple[Plan, str]]:
+    """Plans for every combination of the empty tunable cells, with a 'chosen' note.
+
+    An empty vpp keeps the frameworks' default, the non-interleaved schedule (Megatron's
+    --num-layers-per-virtual-pipeline-stage defaults to None), so it is not searched.
+    """
+    mbs = [base.micro_batch] if _int(row, "micro_batch") else \
+        [b for b in (1, 2, 4, 8) if (base.global_batch // base.dp) % b == 0]
+    recs = [base.recompute.value] if (row.get("recompute") or "").strip() else ["none", "selective", "full"]
+    sp_given = _bool(row, "sequence_parallel")
+    if base.tp == 1:
+        sps = [False]
+    elif sp_given is not None:
+        sps = [sp_given]
+    else:
+        sps = [fw.sp_with_tp] if fw.sp_with_tp is not None else [True, False]
+    for mb in mbs:
+        for rc in recs:
+            for sp in sps:
+                p = replace(base, micro_batch=mb, recompute=rc, sequence_parallel=sp)
+                yield p, _chosen_note(row, p)
+
+
+def _chosen_note(row: Mapping[str, str], p: Plan) -> str:
+    notes = []
+    if not _int(row, "micro_batch"):
+        notes.append(f"micro_batch={p.micro_batch}")
+    if not _int(row, "vpp") and p.pp > 1:
+        notes.append(f"vpp={p.vpp} (framework default: no interleaving)")
+    if not (row.get("recompute") or "").strip():
+        notes.append(f"recompute={p.recompute.value}")
+    if _bool(row, "sequence_parallel") is None and p.tp > 1:
+        notes.append(f"sequence_parallel={str(p.sequence_parallel).lower()}")
+    return ";".join(notes)
+
+
+# ---- prediction ----------------------------------------------------------------------------
+ClusterFactory = Callable[[Mapping[str, str]], ClusterSpec]
+ProfileFactory = Callable[[str], Profile]
+
+
+def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
+                get_profile: ProfileFactory) -> RowOutcome:
+    """Predict one row; never raises for a row it cannot model (status says why)."""
+    row = dict(row)
+    try:
+        return _predict(row, make_cluster, get_profile)
+    except InfeasiblePlanError as exc:
+        return RowOutcome(row, None, "", f"infeasible: {exc}", None)
+    except ComplexityError as exc:
+        return RowOutcome(row, None, "", f"unsupported: {exc}", None)
+
+
+def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
+    fw_name = (row.get("framework") or "").strip().lower()
+    fw = FRAMEWORKS.get(fw_name, DEFAULT_FRAMEWORK)
+    chosen_extra = []
+    if missing_heads(row):
+        heads = _guess_heads(row)
+        row["n_heads"] = row["n_kv_heads"] = str(heads)
+        chosen_extra.append(f"n_heads={heads} (head_dim 128)")
+    model = row_model(row)
+    cluster = make_cluster(row)
+    prof = get_profile(cluster.gpu.key)
+    base = base_plan(row, fw)
+    best: tuple[float, Result, str] | None = None
+    fallback: tuple[float, Result, str] | None = None
+    for plan, note in candidate_plans(row, base, fw):
+        try:
+            r = simulate(model, plan, cluster, prof)
+        except InvalidInputError:
+            continue
+        key = (r.step_time_s, r, note)
+        if r.fits_in_memory and (best is None or r.step_time_s < best[0]):
+            best = key
+        if fallback is None or max(r.peak_memory_bytes) < max(fallback[1].peak_memory_bytes):
+            fallback = key
+    if best is None and fallback is None:
+        raise InvalidInputError("plan", row.get("id", ""), "a combination this model can split")
+    if best is None:
+        best = fallback
+        chosen_extra.append(
+            f"least-memory plan: estimate {max(best[1].peak_memory_bytes) / 1e9:.1f} GB exceeds "
+            f"{best[1].memory_capacity_bytes / 1e9:.0f} GB although the published run fit, "
+            "so the memory model is pessimistic for this row")
+    step, res, note = best
+    status = "ok"
+    measured = _float(row.get("measured_step_time_s"))
+    err = 100.0 * (step - measured) / measured if measured else None
+    chosen = ";".join(x for x in chosen_extra + [note, f"framework defaults: {fw.why}"] if x)
+    return RowOutcome(row, res, chosen, status, err)
+
+
+def _guess_heads(row: Mapping[str, str]) -> int:
+    h = _int(row, "hidden")
+    return max(1, h // 128) if h and h % 128 == 0 else 1
+
+
+def _float(v: str | None) -> float | None:
+    try:
+        f = float(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+    return f if f and math.isfinite(f) and f > 0 else None
+
+
+# ---- files ---------------------------------------------------------------------------------
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError("runs", str(p), "an existing CSV file")
+    with p.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise InvalidInputError("runs", str(p), "a CSV with a header and at least one row")
+    return rows
+
+
+def write_rows(path: str | Path, outcomes: list[RowOutcome]) -> None:
+    cols = list(outcomes[0].row.keys()) + [c for c in OUT_COLUMNS if c not in outcomes[0].row]
+    with Path(path).open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for o in outcomes:
+            w.writerow({**o.row, **outcome_columns(o)})
+
+
+def outcome_columns(o: RowOutcome) -> dict[str, str]:
+    r = o.result
+    return {"predicted_step_time_s": f"{r.step_time_s:.4g}" if r else "",
+            "predicted_tokens_per_s_per_gpu": f"{r.tokens_per_s_per_gpu:.5g}" if r else "",
+            "error_pct": f"{o.error_pct:+.2f}" if o.error_pct is not None else "",
+            "chosen": o.chosen, "status": o.status}
+
+
+def summary_line(outcomes: list[RowOutcome]) -> str:
+    errs = [(abs(o.error_pct), o.row.get("id", "?"), o.error_pct) for o in outcomes
+            if o.error_pct is not None]
+    bad = sum(1 for o in outcomes if not o.status.startswith("ok"))
+    if not errs:
+        return f"rows={len(outcomes)} modelled=0 not_modelled={bad}"
+    mape = sum(e[0] for e in errs) / len(errs)
+    worst = max(errs)
+    return (f"rows={len(outcomes)} modelled={len(errs)} not_modelled={bad} "
+            f"MAPE={mape:.2f}% worst={worst[1]} ({worst[2]:+.1f}%)")

@@ -1,0 +1,111 @@
+"""Shipped reference profiles load, cite a source for every coefficient, rebuild
+byte-for-byte on one machine, and within each coefficient's standard error on any machine."""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from calibrate.profile_io import profile_differences, round_value, sig
+from calibrate.reference import GPU_KEYS, PROFILE_DIR, build_all
+from simulator.hardware.profile import Coefficient, Profile
+
+PROFILES = sorted(PROFILE_DIR.glob("*.json"))
+
+
+def _coefficients(obj, path="profile"):
+    """Yield (path, Coefficient) for every Coefficient nested in a profile."""
+    if isinstance(obj, Coefficient):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _coefficients(v, f"{path}.{k}")
+    elif hasattr(obj, "__dataclass_fields__"):
+        for f in fields(obj):
+            yield from _coefficients(getattr(obj, f.name), f"{path}.{f.name}")
+
+
+def test_every_reference_gpu_has_a_profile():
+    assert {p.stem for p in PROFILES} >= set(GPU_KEYS)
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_profile_loads_and_every_coefficient_has_a_source(path: Path):
+    prof = Profile.read_json(path)
+    assert prof.device_key == path.stem
+    coefs = list(_coefficients(prof))
+    assert len(coefs) > 20
+    for where, c in coefs:
+        assert c.source.strip(), f"{where} has no source"
+        assert c.value == c.value, f"{where} is NaN"
+        if c.heldout_error_pct is not None:
+            assert c.heldout_error_pct >= 0
+    assert prof.fingerprint["builder"] == "calibrate.reference"
+    assert "infiniband" in prof.links
+    assert prof.gemm_eff("bf16") > 0.3 and prof.gemm_eff("bf16") <= 1.0
+
+
+def test_fitted_coefficients_report_heldout_error():
+    prof = Profile.read_json(PROFILE_DIR / "a100-sxm-80gb.json")
+    assert prof.gemm.k_half.heldout_error_pct is not None
+    assert prof.gemm.k_half.stderr is not None
+    nv = prof.links["nvlink"]
+    assert nv.alpha_us.heldout_error_pct is not None and nv.alpha_us.stderr is not None
+
+
+def test_rebuild_matches_shipped_within_each_coefficients_stderr(tmp_path: Path):
+    """Least-squares digits depend on the BLAS build: the shipped profiles must agree with a
+    rebuild here within a fraction of each coefficient's standard error, not byte for byte."""
+    build_all(tmp_path)
+    for key in GPU_KEYS:
+        rebuilt = json.loads((tmp_path / f"{key}.json").read_text())
+        shipped = json.loads((PROFILE_DIR / f"{key}.json").read_text())
+        diffs = list(profile_differences(rebuilt, shipped))
+        assert not diffs, f"{key} profile is stale (python -m calibrate.reference): {diffs[:5]}"
+
+
+def test_rebuild_is_byte_identical_on_one_machine(tmp_path: Path):
+    build_all(tmp_path / "a")
+    build_all(tmp_path / "b")
+    for key in GPU_KEYS:
+        assert (tmp_path / "a" / f"{key}.json").read_bytes() == \
+            (tmp_path / "b" / f"{key}.json").read_bytes(), key
+
+
+def test_rounding_keeps_the_digits_the_error_justifies():
+    assert round_value(838.4123, 276.8) == 838.0          # 2 places below stderr's 100s
+    assert round_value(0.870365, 0.149697) == 0.87
+    assert round_value(0.0938687, 0.0127606) == 0.0939
+    assert round_value(1234.56789, None) == 1234.57       # no error: 6 significant digits
+    assert sig(0.00296982, 2) == 0.003 and sig(1.29661, 2) == 1.3
+
+
+def test_differences_catch_a_real_change_and_pass_machine_noise():
+    c = {"value": 838.0, "unit": "elements", "source": "fit (k_half 838 +/- 280)",
+         "stderr": 280.0, "heldout_error_pct": 6.1}
+    assert not list(profile_differences({"k": c}, {"k": c}))
+    noise = {**c, "value": 839.0, "stderr": 270.0, "source": "fit (k_half 839 +/- 281)"}
+    assert not list(profile_differences({"k": noise}, {"k": c}))
+    moved = {**c, "value": 900.0}                          # > 0.05 x 280 away
+    assert any("k.value" in d for d in profile_differences({"k": moved}, {"k": c}))
+    reworded = {**c, "source": "assumed"}
+    assert any("text differs" in d for d in profile_differences({"k": reworded}, {"k": c}))
+    assert list(profile_differences({"a": 1.0}, {"a": 1.001}))
+    assert list(profile_differences({"a": 1}, {"b": 1}))
+
+
+def test_hopper_and_blackwell_levels_are_sustained_and_a100_is_flagged():
+    """GEMM levels of GPUs with a published sustained (MSMF) measurement carry the
+    sustained-clock factor; A100 has none and its profile says so."""
+    for key in ("h100-sxm", "h200-sxm", "b200", "gb200"):
+        prof = Profile.read_json(PROFILE_DIR / f"{key}.json")
+        assert "sustained-clock factor" in prof.gemm.eff_max["bf16"].source, key
+        assert "triton-lang/triton#2339" in prof.gemm.k_half.source, key
+    h100 = Profile.read_json(PROFILE_DIR / "h100-sxm.json")
+    a100 = Profile.read_json(PROFILE_DIR / "a100-sxm-80gb.json")
+    assert "sustained-clock factor" not in a100.gemm.eff_max["bf16"].source
+    assert "MSMF" in a100.notes
+    # the sustained H100 bf16 level sits below the MAMF best shape (794.5 TF of 989.5)
+    assert h100.gemm.eff_max["bf16"].value * 989.5 < 794.5
