@@ -98,10 +98,10 @@ class ModelAnalysis:
 def model_flops_per_token(model: TransformerSpec) -> float:
     """Forward + backward model FLOPs per token of the whole model (no parallelism)."""
     sh = LayerShape(micro_batch=1, seq_len=model.seq_len)
-    per_kind: dict[bool, float] = {}
+    per_kind: dict[tuple[bool, bool], float] = {}
     total = 0.0
     for layer in range(model.n_layers):
-        kind = model.is_moe_layer(layer)
+        kind = model.layer_kind(layer)
         if kind not in per_kind:
             fwd = layer_ops(model, sh, layer)
             per_kind[kind] = sum(o.model_flops for o in fwd + backward_ops(fwd))

@@ -97,15 +97,15 @@ def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
 
 
 class _LayerCache:
-    """Prices each distinct layer kind once (dense and MoE layers differ)."""
+    """Prices each distinct layer kind once (dense/MoE, global/local attention differ)."""
 
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[bool, tuple[list[Op], PassCost, PassCost, float]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost, float]] = {}
 
     def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, float]:
-        key = self.m.is_moe_layer(layer)
+        key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)

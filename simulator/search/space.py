@@ -231,7 +231,7 @@ def _in_flight(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> flo
 def _layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
                   moe_layer: bool) -> tuple[float, float]:
     """(activation bytes kept per micro-batch, largest saved tensor) of one layer."""
-    layer = model.moe.dense_layers if moe_layer else 0
+    layer = model.first_layer(moe_layer)
     fwd = layer_ops(model, sh, layer)
     tokens = sh.micro_batch * model.seq_len // sh.cp
     if sh.sequence_parallel:
@@ -251,7 +251,7 @@ def _edge_memory(model: TransformerSpec, sh: LayerShape, first: bool, last: bool
 
 def _layer_params(model: TransformerSpec, plan: Plan, moe_layer: bool) -> tuple[float, float]:
     """(params on one rank, of which replicated over the whole DP group) for one layer."""
-    layer = model.moe.dense_layers if moe_layer else 0
+    layer = model.first_layer(moe_layer)
     if not moe_layer:
         p = model.layer_params(layer) / plan.tp
         return p, p

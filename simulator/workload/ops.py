@@ -142,42 +142,106 @@ def _leave_tp(name: str, m: TransformerSpec, sh: LayerShape, prev_gemm: str) -> 
     return [_comm(name, coll, "tp", tokens * m.hidden * sh.act_bytes, prev_gemm)]
 
 
-def attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """LayerNorm, QKV, attention core, output projection, residual (one layer, forward)."""
+def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
+    """LayerNorm, Q/K/V projections, attention core, output projection, residual (one
+    layer, forward). ``layer`` decides local (sliding-window) vs global attention."""
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
-    q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
     ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
     ops += _enter_tp("ln1_allgather", m, sh, "qkv")
-    # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
-    qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
-    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
-                     saved_out=qkv_out))
-    ops += core_attention_ops(m, sh)
-    ops.append(_gemm("attn_out", T, h, q_local, sh, saved=T * q_local * ab))
+    if m.mla is not None:
+        ops += mla_projection_ops(m, sh)
+    else:
+        q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
+        # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
+        qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
+        ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
+                         saved_out=qkv_out))
+    ops += core_attention_ops(m, sh, m.window_of(layer))
+    out_in = m.q_dim // sh.tp
+    ops.append(_gemm("attn_out", T, h, out_in, sh, saved=T * out_in * ab))
     ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("attn_residual", 2 * Ts * h, Ts * h, sh, saved=mask, elem_bytes=ab))
     return ops
 
 
-def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """softmax(QK^T)V per rank; s_q = local queries, s_k = keys attended (CP gathers KV)."""
+def mla_projection_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """DeepSeek MLA projections on one rank, Megatron-Core's layout: the down-projections
+    (``q_a``, ``kv_a``) are replicated over TP, the up-projections (``q_b``, ``kv_b``) are
+    column-parallel over heads. Shapes as in HF ``DeepseekV3Attention``."""
+    a = m.mla
+    T, Ts = _tokens(m, sh)
+    h, ab, heads = m.hidden, sh.act_bytes, m.n_heads // sh.tp
+    qk, kv_a = a.qk_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
+    ops: list[Op] = []
+    if a.q_lora_rank:
+        r = a.q_lora_rank
+        ops += [_gemm("q_down", T, r, h, sh, saved=Ts * h * ab),
+                _mem("q_norm", T * r, T * r, sh, saved=T * r * ab, kind="norm"),
+                _gemm("q_up", T, heads * qk, r, sh, saved=T * r * ab)]
+    else:
+        ops.append(_gemm("q_proj", T, heads * qk, h, sh, saved=Ts * h * ab))
+    # Q, K (nope + shared rope part broadcast per head) and V are kept for the core
+    qkv_out = T * heads * (2 * qk + a.v_head_dim) * ab
+    ops += [_gemm("kv_down", T, kv_a, h, sh),             # same input as q_down: saved once
+            _mem("kv_norm", T * a.kv_lora_rank, T * a.kv_lora_rank, sh,
+                 saved=T * a.kv_lora_rank * ab, kind="norm"),
+            _gemm("kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, sh,
+                  saved=T * a.kv_lora_rank * ab, saved_out=qkv_out)]
+    return ops
+
+
+def causal_window_pairs(s: int, window: int) -> int:
+    """(query, key) pairs a causal attention over ``s`` positions scores when each query
+    sees the last ``window`` positions including itself (``window`` 0 or >= s: all
+    earlier ones): ``s(s+1)/2``, or ``W(W+1)/2 + (s-W)W``."""
+    if window <= 0 or window >= s:
+        return s * (s + 1) // 2
+    return window * (window + 1) // 2 + (s - window) * window
+
+
+def _executed_keys_per_query(s_k: int, window: int, causal: bool, tile: int = 128) -> float:
+    """Keys per query a tiled flash kernel computes: the exact causal(-window) count plus
+    half a ``tile`` at each ragged mask edge (the diagonal; the window's far edge)."""
+    if not causal:
+        return float(min(s_k, window) if window > 0 else s_k)
+    if window <= 0 or window >= s_k:
+        return s_k * (0.5 + 0.5 / max(1, s_k // tile))          # FA tiles, causal
+    return min(causal_window_pairs(s_k, window) / s_k + tile, float(s_k))
+
+
+def _attn_widths(m: TransformerSpec, sh: LayerShape) -> tuple[int, int, int, int]:
+    """(local query heads, q/k head width, v head width, K+V width per token, local)."""
     heads = m.n_heads // sh.tp
-    b, d, ab = sh.micro_batch, m.head_dim, sh.act_bytes
+    if m.mla is not None:
+        qk, v = m.mla.qk_head_dim, m.mla.v_head_dim
+        return heads, qk, v, heads * (qk + v)
+    d = m.head_dim
+    return heads, d, d, 2 * max(m.kv_dim // sh.tp, d)
+
+
+def core_attention_ops(m: TransformerSpec, sh: LayerShape, window: int = 0) -> list[Op]:
+    """softmax(QK^T)V per rank; s_q = local queries, s_k = keys attended (CP gathers KV).
+
+    ``model_flops`` (MFU convention) counts every query against all ``s_k`` keys, or
+    against a full ``window`` in a local layer; ``flops`` is what a causal flash kernel
+    executes (see ``_executed_keys_per_query``)."""
+    heads, d_qk, d_v, kv_w = _attn_widths(m, sh)
+    b, ab = sh.micro_batch, sh.act_bytes
     s_q, s_k = m.seq_len // sh.cp, m.seq_len
-    full = 4.0 * b * heads * s_q * s_k * d          # QK^T + AV, non-causal
-    kv_local = max(m.kv_dim // sh.tp, d)
+    per_pair = 2.0 * b * heads * (d_qk + d_v)                # QK^T + AV per (query, key)
+    full = per_pair * s_q * (min(s_k, window) if window > 0 else s_k)
     ops: list[Op] = []
     if sh.cp > 1:
-        kv_bytes = 2 * b * m.seq_len * kv_local * ab
+        kv_bytes = b * m.seq_len * kv_w * ab
         ops.append(_comm("cp_kv_allgather", Collective.ALL_GATHER, "cp", kv_bytes, "core_attn"))
-    qkv_saved = b * s_q * (heads * d + 2 * kv_local) * ab
+    qkv_saved = b * s_q * (heads * d_qk + kv_w) * ab
     if sh.flash:
         # selective recompute (Megatron --recompute-granularity selective) re-runs the core
         # attention forward in backward even with a fused kernel
-        executed = full * (0.5 + 0.5 / max(1, s_k // 128)) if sh.causal else full
-        out_saved = b * s_q * heads * d * ab + b * heads * s_q * 4   # output + logsumexp
+        executed = per_pair * s_q * _executed_keys_per_query(s_k, window, sh.causal)
+        out_saved = b * s_q * heads * d_v * ab + b * heads * s_q * 4   # output + logsumexp
         ops.append(Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
                       bytes_moved=qkv_saved + out_saved, dtype=sh.dtype,
                       saved_bytes=out_saved, kernel=sh.attention_kernel, recomputed=True))
@@ -185,14 +249,15 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     batch, scores = b * heads, b * heads * s_q * s_k
     dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
     sh16 = replace(sh, dtype=dt)
-    # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output
-    ops.append(_gemm("qk", s_q, s_k, d, sh16, batch=batch, recomputed=True))
+    # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output.
+    # Materialized attention forms every score, local layers too (the window is a mask).
+    ops.append(_gemm("qk", s_q, s_k, d_qk, sh16, batch=batch, recomputed=True))
     ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True,
                     kind="softmax"))
     if sh.dropout:
         ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
                         recomputed=True))
-    ops.append(_gemm("av", s_q, d, s_k, sh16, batch=batch, recomputed=True))
+    ops.append(_gemm("av", s_q, d_v, s_k, sh16, batch=batch, recomputed=True))
     return ops
 
 
@@ -221,7 +286,7 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     """All forward ops of decoder layer ``layer`` for one micro-batch on one rank."""
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
-    ops = attention_ops(m, sh)
+    ops = attention_ops(m, sh, layer)
     ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
     if m.is_moe_layer(layer):
         ops += moe_ops(m, sh)                    # the token dispatcher does its own TP comm
