@@ -44,6 +44,7 @@ from .format import (
     format_sensitivity,
 )
 from .registry import command
+from .workflow import add_window_args, run_window_sweep
 
 # ---- argument parsing helpers ------------------------------------------------------------
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -233,7 +234,9 @@ def run_search(a: argparse.Namespace) -> int:
 # ---- plan ---------------------------------------------------------------------------------
 @command("plan", "Capacity planning: time, GPUs for a deadline, cost, energy, short windows.")
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    _add_model_args(p)
+    p.add_argument("--model", help="preset key or HuggingFace config.json (omit with --window-min: "
+                   "a ladder of model sizes is compared)")
+    p.add_argument("--seq-len", type=int, help="override the model's sequence length")
     p.add_argument("--gpu", required=True)
     p.add_argument("--tokens", help="token budget (e.g. 300B, 1.5T)")
     p.add_argument("--gpus", type=int, help="how long on this many GPUs")
@@ -246,6 +249,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pue", type=float, default=DEFAULT_PUE,
                    help=f"power usage effectiveness (default {DEFAULT_PUE}; energy = TDP x GPUs x hours x PUE)")
     p.add_argument("--max-gpus", type=int, default=65536)
+    add_window_args(p)
     _add_cluster_args(p)
     _add_search_args(p)
     p.add_argument("--json", action="store_true")
@@ -254,6 +258,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_plan(a: argparse.Namespace) -> int:
+    if a.window_min is not None and (a.model is None or a.models):
+        return run_window_sweep(a, _catalog(a, a.nic_gbps), search_options(a))
+    if a.model is None:
+        raise InvalidInputError("model", None, "a preset or config.json (or use --window-min "
+                                "to compare model sizes)")
     model = resolve_model(a.model, a.seq_len)
     if a.gpus is None and a.deadline_days is None:
         raise InvalidInputError("gpus/deadline-days", None, "--gpus N, --deadline-days D, or both")

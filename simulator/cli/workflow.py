@@ -9,7 +9,10 @@ from typing import Any
 
 from ..api.ledger import ExperimentLedger
 from ..api.transformer_flow import model_flops_per_token
-from ..errors import InvalidInputError
+from ..errors import InfeasiblePlanError, InvalidInputError
+from ..planning.capacity import HardwareChoice
+from ..planning.window import SCALING_LAWS, WindowOverheads, WindowSweep, size_ladder, sweep_sizes
+from ..search.driver import SearchOptions
 from ..workload import resolve_model
 from ..workload.spec import TransformerSpec
 from .registry import command
@@ -129,3 +132,82 @@ def run_ledger(a: argparse.Namespace) -> int:
             print(f"     {c.single_change}: {c.changed[c.single_change][0]!r} -> "
                   f"{c.changed[c.single_change][1]!r}  step time {c.moved['step_time_s'][2]:+.1f}%")
     return 0
+
+
+# ---- plan --window-min without a model: which size trains best in the window ----------------
+def add_window_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("short window (--window-min): model-size sweep")
+    g.add_argument("--models", help="comma-separated presets / config.json to compare "
+                   "(default without --model: a ladder of 7 Llama-style sizes, 0.16B-13B)")
+    g.add_argument("--window-objective", default="loss", choices=["loss", "tokens"],
+                   help="lowest predicted loss under --scaling-law (default), or most tokens")
+    g.add_argument("--scaling-law", default="chinchilla", choices=sorted(SCALING_LAWS))
+    g.add_argument("--startup-s", type=float, default=WindowOverheads.startup_s,
+                   help="assumed launch + init time lost from the window (default 120 s)")
+    g.add_argument("--checkpoint-gbps", type=float,
+                   default=WindowOverheads.checkpoint_write_gbytes_per_s,
+                   help="assumed aggregate checkpoint write rate, GB/s (default 10)")
+    g.add_argument("--checkpoints", type=int, default=1, help="checkpoints saved in the window")
+
+
+def run_window_sweep(a: argparse.Namespace, catalog, opts: SearchOptions) -> int:
+    from .search import parse_int_list, parse_str_list
+    if a.gpus is None:
+        raise InvalidInputError("window-min", a.window_min, "used together with --gpus N")
+    seq = a.seq_len or 2048
+    models = ([resolve_model(m, a.seq_len) for m in parse_str_list(a.models)] if a.models
+              else size_ladder(seq))
+    batches = parse_int_list(a.global_batch, "global_batch") if a.global_batch else [64, 128, 256, 512]
+    if a.startup_s < 0 or a.checkpoint_gbps <= 0 or a.checkpoints < 0:
+        raise InvalidInputError("startup-s/checkpoint-gbps/checkpoints",
+                                (a.startup_s, a.checkpoint_gbps, a.checkpoints),
+                                "startup >= 0, write rate > 0, checkpoints >= 0")
+    over = WindowOverheads(a.startup_s, a.checkpoints, checkpoint_write_gbytes_per_s=a.checkpoint_gbps)
+    choice = HardwareChoice(a.gpu, a.gpus)
+    catalog.cluster(choice)                      # a bad GPU key fails here, in one line
+    sw = sweep_sizes(models, a.window_min * 60.0, choice, batches, catalog, opts,
+                     SCALING_LAWS[a.scaling_law], over, a.window_objective)
+    if a.json:
+        print(json.dumps(sw.to_dict(), indent=2, sort_keys=True, default=str))
+    else:
+        print(format_window_sweep(sw))
+    if sw.best is None:
+        raise InfeasiblePlanError("window", "no model trains a whole step in the window", {})
+    return 0
+
+
+def _plan_text(p: dict[str, Any]) -> str:
+    s = f"tp{p['tp']} pp{p['pp']} dp{p['dp']}"
+    s += f" cp{p['cp']}" if p["cp"] > 1 else ""
+    s += f" zero{p['zero_stage']}" if p["zero_stage"] else ""
+    return s + f" mb{p['micro_batch']} {p['recompute']} {p['precision']}"
+
+
+def format_window_sweep(sw: WindowSweep) -> str:
+    o = sw.overheads
+    lines = [f"{sw.window_s / 60:g}-minute window on {sw.choice.label}: which model size, batch "
+             f"and strategy ({'lowest predicted loss' if sw.objective == 'loss' else 'most tokens'})",
+             f"{'model':<14}{'params':>9}{'ckpt s':>8}{'batch':>7}{'steps':>7}{'tokens':>9}"
+             f"{'tok/param':>10}{'loss':>7}  plan"]
+    for r in sw.rows:
+        d = r.to_dict()
+        if r.answer is None or not r.answer.tokens:
+            lines.append(f"{r.model.name:<14}{d['params'] / 1e9:>8.2f}B{r.checkpoint_s:>8.0f}  "
+                         f"{r.note or 'no whole step fits in the window'}")
+            continue
+        p = d["plan"]
+        lines.append(f"{r.model.name:<14}{d['params'] / 1e9:>8.2f}B{r.checkpoint_s:>8.0f}"
+                     f"{p['global_batch']:>7}{d['steps']:>7}{d['tokens'] / 1e9:>8.2f}B"
+                     f"{d['tokens_per_param']:>10.2f}{r.loss:>7.3f}  {_plan_text(p)}")
+    b = sw.best
+    if b is not None:
+        d = b.to_dict()
+        lines.append(f"answer: {b.model.name} ({d['params'] / 1e9:.2f}B params), global batch "
+                     f"{d['plan']['global_batch']}, {_plan_text(d['plan'])}: {d['steps']} steps, "
+                     f"{d['tokens'] / 1e9:.2f}B tokens, predicted loss {b.loss:.3f}")
+    lines += [f"scaling law: L = {sw.law.E} + {sw.law.A}/N^{sw.law.alpha} + {sw.law.B}/D^{sw.law.beta} "
+              f"({sw.law.source}); N counts embeddings; no batch-size term",
+              f"assumed overheads: startup {o.startup_s:g} s; {o.checkpoints} checkpoint(s) of "
+              f"{o.checkpoint_bytes_per_param:g} B/param at {o.checkpoint_write_gbytes_per_s:g} GB/s "
+              "aggregate; training time = window - startup - checkpoint"]
+    return "\n".join(lines)
