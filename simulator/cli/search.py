@@ -259,7 +259,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 def run_plan(a: argparse.Namespace) -> int:
     if a.window_min is not None and (a.model is None or a.models):
-        return run_window_sweep(a, _catalog(a, a.nic_gbps), search_options(a))
+        return run_window_sweep(a, _catalog(a, a.nic_gbps), search_options(a),
+                                parse_str_list(a.models) if a.models else None,
+                                parse_int_list(a.global_batch, "global_batch") if a.global_batch else None)
     if a.model is None:
         raise InvalidInputError("model", None, "a preset or config.json (or use --window-min "
                                 "to compare model sizes)")

@@ -150,14 +150,15 @@ def add_window_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoints", type=int, default=1, help="checkpoints saved in the window")
 
 
-def run_window_sweep(a: argparse.Namespace, catalog, opts: SearchOptions) -> int:
-    from .search import parse_int_list, parse_str_list
+def run_window_sweep(a: argparse.Namespace, catalog, opts: SearchOptions,
+                     names: list[str] | None, batches: list[int] | None) -> int:
+    """``names``: models to compare (None: the size ladder); ``batches``: global batches
+    (None: 64..512 sequences)."""
     if a.gpus is None:
         raise InvalidInputError("window-min", a.window_min, "used together with --gpus N")
-    seq = a.seq_len or 2048
-    models = ([resolve_model(m, a.seq_len) for m in parse_str_list(a.models)] if a.models
-              else size_ladder(seq))
-    batches = parse_int_list(a.global_batch, "global_batch") if a.global_batch else [64, 128, 256, 512]
+    models = ([resolve_model(m, a.seq_len) for m in names] if names
+              else size_ladder(a.seq_len or 2048))
+    batches = batches or [64, 128, 256, 512]
     if a.startup_s < 0 or a.checkpoint_gbps <= 0 or a.checkpoints < 0:
         raise InvalidInputError("startup-s/checkpoint-gbps/checkpoints",
                                 (a.startup_s, a.checkpoint_gbps, a.checkpoints),
