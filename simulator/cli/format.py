@@ -47,7 +47,8 @@ def format_search(r: SearchReport, model: TransformerSpec, launch: Mapping[str, 
             f"{x.memory_headroom_pct:6.1f}  {x.main_bottleneck.value} ({x.engine})")
     if launch:
         lines += ["", "winner, Megatron-LM arguments:", "  " + " ".join(launch["megatron_lm"]),
-                  "winner, NeMo overrides:", "  " + " ".join(launch["nemo"])]
+                  "winner, NeMo 2 recipe:", launch["nemo2_recipe"].rstrip(),
+                  "winner, torchtitan job TOML:", launch["torchtitan_toml"].rstrip()]
         lines += [f"note: {n}" for n in launch["notes"]]
     return "\n".join(lines)
 

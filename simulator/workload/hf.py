@@ -169,7 +169,7 @@ def _moe(cfg: Mapping[str, Any], mt: str, ffn: int, n_layers: int) -> MoESpec | 
     return MoESpec(experts=int(experts), top_k=_int(cfg, "top_k"),
                    expert_ffn_hidden=expert_ffn,
                    shared_experts=_shared_experts(cfg, expert_ffn),
-                   **fam.moe_layout(cfg, mt, n_layers))
+                   **fam.moe_layout(cfg, mt, n_layers), **fam.router_fields(cfg, mt))
 
 
 def _default_name(cfg: Mapping[str, Any], origin: str, mt: str) -> str:

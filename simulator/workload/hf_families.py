@@ -103,6 +103,24 @@ def moe_layout(cfg: Mapping[str, Any], mt: str, n_layers: int) -> dict[str, Any]
             "dense_set": tuple(only[prefix:])}
 
 
+def router_fields(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """``MoESpec`` router fields: DeepSeek ``scoring_func``, ``topk_method`` (``noaux_tc``:
+    expert bias), ``routed_scaling_factor``, ``n_group`` / ``topk_group``, ``aux_loss_alpha``;
+    Mixtral / Qwen ``router_aux_loss_coef`` with a softmax router."""
+    out: dict[str, Any] = {"aux_loss_coeff": float(cfg.get("router_aux_loss_coef")
+                                                    or cfg.get("aux_loss_alpha") or 0.0)}
+    if mt in DEEPSEEK:
+        score = str(cfg.get("scoring_func") or "softmax")
+        if score not in ("softmax", "sigmoid"):
+            raise UnsupportedError(f"scoring_func={score!r}: softmax or sigmoid routers only")
+        out.update(router_score=score,
+                   router_expert_bias=cfg.get("topk_method") == "noaux_tc",
+                   router_topk_scale=float(cfg.get("routed_scaling_factor") or 1.0),
+                   router_groups=int(cfg.get("n_group") or 0),
+                   router_group_topk=int(cfg.get("topk_group") or 0))
+    return out
+
+
 def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -> dict[str, Any]:
     """Norm, position embedding, biases, extra norm weights and soft caps."""
     plain = mt in ("gpt2", "gpt_neox", "falcon")
@@ -112,6 +130,7 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         "linear_bias": mt in ("gpt2", "gpt_neox") or (mt == "falcon" and bool(cfg.get("bias"))),
         "qkv_bias": bool(cfg.get("attention_bias")) or mt in ("qwen2", "qwen2_moe"),
         "extra_norm_params": 0,
+        "qk_norm": False,
         "attn_logit_softcap": float(cfg.get("attn_logit_softcapping") or 0.0),
         "final_logit_softcap": float(cfg.get("final_logit_softcapping") or 0.0),
     }
@@ -119,6 +138,9 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         out["position"] = Position.ALIBI
     if mt in _QK_NORM:
         out["extra_norm_params"] += 2 * head_dim
+        out["qk_norm"] = True
+    if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
+        out["qk_norm"] = True
     if mt in GEMMA:                              # pre/post feed-forward (sandwich) norms
         out["extra_norm_params"] += 2 * hidden
     return out

@@ -87,20 +87,23 @@ def _moe_mixtral_qwen() -> list[TransformerSpec]:
         TransformerSpec(
             "mixtral-8x7b", n_layers=32, hidden=4096, ffn_hidden=14336, n_heads=32,
             n_kv_heads=8, vocab=32000, seq_len=4096, mlp=MLP.SWIGLU,
-            moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336), **_LLAMA_STYLE,
+            moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336, aux_loss_coeff=0.02),
+            **_LLAMA_STYLE,
             source="mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 (Mixtral of "
                    "Experts) Table 1; seq_len 4096 chosen here (config allows 32768)"),
         TransformerSpec(
             "qwen3-30b-a3b", n_layers=48, hidden=2048, ffn_hidden=6144, n_heads=32,
             n_kv_heads=4, head_dim=128, vocab=151936, seq_len=4096, mlp=MLP.SWIGLU,
-            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768), **_LLAMA_STYLE,
-            extra_norm_params=2 * 128,                  # QK-norm: q_norm + k_norm (head_dim)
+            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768, aux_loss_coeff=0.001),
+            **_LLAMA_STYLE,
+            extra_norm_params=2 * 128, qk_norm=True,    # QK-norm: q_norm + k_norm (head_dim)
             source=f"Qwen/Qwen3-30B-A3B config.json; {qwen}"),
         TransformerSpec(
             "qwen3-235b-a22b", n_layers=94, hidden=4096, ffn_hidden=12288, n_heads=64,
             n_kv_heads=4, head_dim=128, vocab=151936, seq_len=4096, mlp=MLP.SWIGLU,
-            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=1536), **_LLAMA_STYLE,
-            extra_norm_params=2 * 128,
+            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=1536, aux_loss_coeff=0.001),
+            **_LLAMA_STYLE,
+            extra_norm_params=2 * 128, qk_norm=True,
             source=f"Qwen/Qwen3-235B-A22B config.json; {qwen}"),
     ]
 
@@ -111,25 +114,29 @@ def _moe_deepseek_oss() -> list[TransformerSpec]:
             "deepseek-v3", n_layers=61, hidden=7168, ffn_hidden=18432, n_heads=128,
             n_kv_heads=128, head_dim=128, vocab=129280, seq_len=4096, mlp=MLP.SWIGLU,
             moe=MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, shared_experts=1,
-                        dense_layers=3),
+                        dense_layers=3, router_score="sigmoid", router_expert_bias=True,
+                        router_topk_scale=2.5, router_groups=8, router_group_topk=4),
             mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                        v_head_dim=128, q_lora_rank=1536), **_LLAMA_STYLE,
+                        v_head_dim=128, q_lora_rank=1536), qk_norm=True, **_LLAMA_STYLE,
             source="deepseek-ai/DeepSeek-V3 config.json; DeepSeek-AI 2024 (DeepSeek-V3 "
                    "Technical Report, arXiv:2412.19437) Sec. 4.2: MLA (q_lora 1536, kv_lora "
                    "512, qk 128+64, v 128), 256 routed + 1 shared experts, first 3 layers "
-                   "dense, pretrain seq 4096; 671B total / 37B active, the MTP module (14B) "
-                   "excluded as in the 671B figure"),
+                   "dense, sigmoid router with expert bias (aux-loss-free), routed scaling 2.5, "
+                   "8 groups / top-4; pretrain seq 4096; 671B total / 37B active, the MTP "
+                   "module (14B) excluded as in the 671B figure"),
         TransformerSpec(
             "deepseek-v2", n_layers=60, hidden=5120, ffn_hidden=12288, n_heads=128,
             n_kv_heads=128, head_dim=128, vocab=102400, seq_len=4096, mlp=MLP.SWIGLU,
             moe=MoESpec(experts=160, top_k=6, expert_ffn_hidden=1536, shared_experts=2,
-                        dense_layers=1),
+                        dense_layers=1, router_groups=8, router_group_topk=3,
+                        aux_loss_coeff=0.003),
             mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                        v_head_dim=128, q_lora_rank=1536), **_LLAMA_STYLE,
+                        v_head_dim=128, q_lora_rank=1536), qk_norm=True, **_LLAMA_STYLE,
             source="deepseek-ai/DeepSeek-V2 config.json; DeepSeek-AI 2024 (DeepSeek-V2, "
                    "arXiv:2405.04434) Sec. 3.1.2: 60 layers, hidden 5120, 128 heads, MLA "
                    "(q_lora 1536, kv_lora 512, qk 128+64, v 128), 2 shared + 160 routed "
-                   "experts (6 active), first layer dense; 236B total / 21B active"),
+                   "experts (6 active), first layer dense, device-limited routing (3 of 8 groups), "
+                   "expert-level balance factor 0.003; 236B total / 21B active"),
         TransformerSpec(
             "gpt-oss-120b", n_layers=36, hidden=2880, ffn_hidden=2880, n_heads=64,
             n_kv_heads=8, head_dim=64, vocab=201088, seq_len=4096, mlp=MLP.SWIGLU,

@@ -30,7 +30,13 @@ class MoESpec:
     prefix, not in ``dense_set``, and ``layer % every == phase`` (DeepSeek's
     ``moe_layer_freq`` counts from layer 0: phase 0; Qwen's ``decoder_sparse_step`` and
     Llama 4's ``interleave_moe_layer_step`` make layer ``step-1, 2*step-1, ...`` sparse:
-    phase ``every-1``)."""
+    phase ``every-1``).
+
+    Router facts (no FLOPs here; launch configurations need them): ``router_score``
+    ``softmax`` or ``sigmoid``; ``router_expert_bias``: auxiliary-loss-free balancing with
+    a per-expert bias (DeepSeek-V3 ``noaux_tc``); ``router_topk_scale``: scale of the
+    routed output (``routed_scaling_factor``); ``router_groups`` / ``router_group_topk``:
+    group-limited routing; ``aux_loss_coeff``: load-balancing loss weight."""
 
     experts: int
     top_k: int
@@ -40,6 +46,12 @@ class MoESpec:
     every: int = 1
     phase: int = 0
     dense_set: tuple[int, ...] = ()
+    router_score: str = "softmax"
+    router_expert_bias: bool = False
+    router_topk_scale: float = 1.0
+    router_groups: int = 0
+    router_group_topk: int = 0
+    aux_loss_coeff: float = 0.0
 
     def __post_init__(self) -> None:
         if self.experts < 1:
@@ -51,6 +63,8 @@ class MoESpec:
         if self.shared_experts < 0 or self.dense_layers < 0:
             raise InvalidInputError("moe_shared_experts/moe_dense_layers",
                                     (self.shared_experts, self.dense_layers), "non-negative")
+        if self.router_score not in ("softmax", "sigmoid"):
+            raise InvalidInputError("moe_router_score", self.router_score, "softmax or sigmoid")
         if self.every < 1 or not 0 <= self.phase < self.every:
             raise InvalidInputError("moe_every/moe_phase", (self.every, self.phase),
                                     "every >= 1 and 0 <= phase < every")
@@ -136,6 +150,7 @@ class TransformerSpec:
     position: Position = Position.LEARNED
     linear_bias: bool = True
     qkv_bias: bool = False
+    qk_norm: bool = False                 # norms on queries/keys (Qwen3, Gemma 3; MLA latents)
     extra_norm_params: int = 0
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
