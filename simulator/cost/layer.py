@@ -29,8 +29,9 @@ class PassCost:
     compute_s: float = 0.0
     comm_s: dict[str, float] = field(default_factory=dict)   # exposed, by group
     interference_s: float = 0.0                               # compute slowed by overlapped comm
-    flops: float = 0.0                                        # executed (hardware) FLOPs
-    model_flops: float = 0.0
+    flops: float = 0.0                                        # executed by the kernels
+    model_flops: float = 0.0                                  # MFU convention (PaLM)
+    hardware_flops: float = 0.0                               # model + recomputed (HFU)
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
 
     @property
@@ -42,6 +43,7 @@ class PassCost:
         self.interference_s += times * other.interference_s
         self.flops += times * other.flops
         self.model_flops += times * other.model_flops
+        self.hardware_flops += times * other.hardware_flops
         for k, v in other.comm_s.items():
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
         for k, v in other.op_times.items():
@@ -110,6 +112,7 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.compute_s += t
             pc.flops += op.flops
             pc.model_flops += op.model_flops
+            pc.hardware_flops += op.model_flops + op.recompute_flops
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
             continue
         t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], prof)

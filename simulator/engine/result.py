@@ -41,9 +41,14 @@ class StageReport:
 class Result:
     """One simulated step. Throughput counts ``global_batch * seq_len`` tokens per step.
 
-    ``mfu``: model FLOPs (PaLM convention: full non-causal attention, no recompute) per
-    second per GPU over the dense peak of the plan's precision; ``hfu`` counts the FLOPs
-    the kernels execute (recompute included, causal attention halved).
+    ``mfu``: model FLOPs per second per GPU over the dense peak of the plan's precision.
+    Model FLOPs follow the PaLM convention (Chowdhery et al. 2022, appendix B): every
+    matmul of forward and backward, attention counted in full (non-causal: each query
+    against every key, or a whole window in a local layer), no recompute. ``hfu``: the
+    same FLOPs plus those of forward ops re-run for activation recompute, in the same
+    attention convention (Korthikanti et al. 2022's hardware FLOPs), so ``hfu >= mfu``,
+    equal without recompute. Neither is what a causal flash kernel executes (about half
+    of the attention FLOPs): on long sequences both can exceed what the kernels ran.
     """
 
     step_time_s: float

@@ -154,7 +154,7 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
     mbs_total = plan.num_microbatches * plan.dp
     scale = plan.tp * plan.cp * mbs_total
     model_flops = scale * sum(c.fwd.model_flops + c.bwd.model_flops for ch in stages for c in ch)
-    hw_flops = scale * sum(c.fwd.flops + c.bwd.flops for ch in stages for c in ch)
+    hw_flops = scale * sum(c.fwd.hardware_flops + c.bwd.hardware_flops for ch in stages for c in ch)
     peak = cluster.gpu.peak(plan.precision) * 1e12
     tokens = plan.global_batch * model.seq_len
     cap = cluster.gpu.mem_bytes

@@ -86,14 +86,16 @@ def _rank_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float,
 
 
 def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
-    """Forward ops re-run in backward; they count as hardware, not model, FLOPs."""
+    """Forward ops re-run in backward; they count as hardware, not model, FLOPs
+    (``recompute_flops``, in the same attention convention as ``model_flops``)."""
     if plan.recompute == Recompute.FULL:
         chosen = fwd
     elif plan.recompute == Recompute.SELECTIVE:
         chosen = [op for op in fwd if op.recomputed]
     else:
         chosen = []
-    return [replace(op, name=op.name + "_recompute", model_flops=0.0) for op in chosen]
+    return [replace(op, name=op.name + "_recompute", model_flops=0.0,
+                    recompute_flops=op.model_flops) for op in chosen]
 
 
 class _LayerCache:

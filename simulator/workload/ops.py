@@ -6,8 +6,10 @@ knows its executed FLOPs, bytes moved, GEMM shape, the activation bytes autograd
 for backward, and the collective it needs. ``backward_ops`` derives the backward pass.
 
 FLOP conventions: ``flops`` is what the kernel executes (causal flash attention skips the
-masked half); ``model_flops`` is what MFU counts (PaLM/Megatron convention: full,
-non-causal attention, no recompute).
+masked half; it prices the kernel); ``model_flops`` is what MFU counts (PaLM/Megatron
+convention: full, non-causal attention, no recompute); ``recompute_flops`` is set only on
+a forward op re-run in backward (activation recompute): its FLOPs in the same convention
+as ``model_flops``, which hardware FLOPs (HFU) add to the model FLOPs.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Op:
     kind: OpKind
     flops: float = 0.0
     model_flops: float = 0.0
+    recompute_flops: float = 0.0             # model-convention FLOPs of a recomputed forward op
     bytes_moved: float = 0.0
     m: int = 0
     n: int = 0
