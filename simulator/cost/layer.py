@@ -22,9 +22,36 @@ from ..workload.ops import Op, OpKind
 from .kernels import attention_time_s, gemm_time_s, memory_time_s
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a pass in execution order, for the timeline: compute (``group`` "")
+    or one collective of a parallel group. A collective runs ``comm_s`` from where it
+    starts over ``links`` (link kinds, scale-up first); ``exposed_s`` of it holds the pass
+    up, the rest overlaps what follows and slows that compute by ``interference_s``.
+    ``duration_s`` is what the segment adds to the pass."""
+
+    name: str
+    group: str
+    exposed_s: float
+    comm_s: float = 0.0
+    links: tuple[str, ...] = ()
+    comm_bytes: float = 0.0
+    interference_s: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.exposed_s + self.interference_s
+
+
+def group_links(g: GroupPlacement) -> tuple[str, ...]:
+    """Link kinds a placed group's collectives cross (scale-up, then scale-out)."""
+    return tuple(x.kind for x in (g.intra, g.inter) if x is not None)
+
+
 @dataclass
 class PassCost:
-    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch)."""
+    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch).
+    ``segments``: the pass in order (timeline only; consecutive compute merged)."""
 
     compute_s: float = 0.0
     comm_s: dict[str, float] = field(default_factory=dict)   # exposed, by group
@@ -33,6 +60,7 @@ class PassCost:
     model_flops: float = 0.0                                  # MFU convention (PaLM)
     hardware_flops: float = 0.0                               # model + recomputed (HFU)
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
+    segments: list[Segment] = field(default_factory=list, repr=False)
 
     @property
     def total_s(self) -> float:
@@ -48,6 +76,17 @@ class PassCost:
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
         for k, v in other.op_times.items():
             self.op_times[k] = self.op_times.get(k, 0.0) + times * v
+        for _ in range(times):
+            for seg in other.segments:
+                self.append(seg)
+
+    def append(self, seg: Segment) -> None:
+        """Add a segment at the end, merging it into a compute segment before it."""
+        last = self.segments[-1] if self.segments else None
+        if not seg.group and last is not None and not last.group:
+            self.segments[-1] = Segment("compute", "", last.exposed_s + seg.exposed_s)
+        else:
+            self.segments.append(seg)
 
 
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
@@ -114,6 +153,7 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.model_flops += op.model_flops
             pc.hardware_flops += op.model_flops + op.recompute_flops
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
+            pc.append(Segment(op.name, "", t))
             continue
         t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], prof)
         hidden = 0.0
@@ -121,7 +161,10 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             base = op.overlaps_with
             hidden = times.get(base) or times.get(base + "_dgrad") or times.get(base + "_bwd") or 0.0
         exposed = max(0.0, t - hidden)
-        pc.interference_s += interference_s(min(t, hidden), prof)
+        slowed = interference_s(min(t, hidden), prof)
+        pc.interference_s += slowed
         pc.comm_s[op.group] = pc.comm_s.get(op.group, 0.0) + exposed
+        pc.append(Segment(op.name, op.group, exposed, t, group_links(groups[op.group]),
+                          op.comm_bytes, slowed))
         pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + exposed
     return pc

@@ -16,6 +16,7 @@ from ..parallel.schedule import in_flight_microbatches
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
 from .result import Breakdown, Result, StageReport
+from .timeline import build_timeline
 from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
     StageTasks,
@@ -38,7 +39,8 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     stages = build_chunks(model, plan, cluster, profile, groups)
     memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
     if engine == "event":
-        step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups)
+        step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups,
+                                                     memory if keep_timeline else None)
     else:
         step, crit, bd, busy, timeline = _analytic_step(stages, plan, cluster, profile, groups)
     step += profile.step_overhead_s.value
@@ -60,20 +62,16 @@ def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: Transformer
 
 
 # ---- event engine ---------------------------------------------------------------------------
-def _event_step(stages, model, plan, cluster, prof, groups):
+def _event_step(stages, model, plan, cluster, prof, groups, memory=None):
+    """``memory`` given: also record the timeline (``engine.timeline``)."""
     eng = Engine()
     st = build_tasks(eng, stages, model, plan, cluster, prof, groups)
     eng.run()
     ends = [eng.tasks[s.tail].end_s for s in st]
     crit = max(range(len(st)), key=lambda i: (ends[i], -i))
     bd, busy = _event_breakdown(eng, st, stages, crit, ends[crit])
-    timeline = [_task_event(t) for t in eng.tasks]
+    timeline = build_timeline(eng, stages, memory, plan, cluster, groups) if memory else []
     return ends[crit], crit, bd, busy, timeline
-
-
-def _task_event(t: Task) -> dict:
-    return {"name": t.name, "resource": t.resource, "start_s": t.start_s, "end_s": t.end_s,
-            **t.meta}
 
 
 def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: float):

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..cost.layer import PassCost, group_collective_s, interference_s, pass_cost
+from ..cost.layer import (
+    PassCost,
+    Segment,
+    group_collective_s,
+    group_links,
+    interference_s,
+    pass_cost,
+)
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import layer_activation_bytes
@@ -192,8 +199,10 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     ag = group_collective_s(Collective.ALL_GATHER, w_bytes, g, prof)
     rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
     first_layer = ag / max(1, n_layers)
-    for pc, comm in ((fwd, ag), (bwd, ag + rs)):
+    for pc, comm, what in ((fwd, ag, "fsdp all-gather"), (bwd, ag + rs, "fsdp all-gather + reduce-scatter")):
         busy = pc.total_s
         exposed = max(0.0, comm - busy) + first_layer
-        pc.interference_s += interference_s(min(comm, busy), prof)
+        slowed = interference_s(min(comm, busy), prof)
+        pc.interference_s += slowed
         pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed
+        pc.segments.insert(0, Segment(what, "dp", exposed, comm, group_links(g), w_bytes, slowed))
