@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
+from simulator import progress
 from simulator.errors import ComplexityError, InvalidInputError
 
 from .discover import describe, discover
@@ -68,14 +69,18 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
         print(describe(info), file=sys.stderr)
     env, plan = environment(info.key), quick_plan() if quick else default_plan()
     try:
-        for bench in (bench_gemm, bench_memory, bench_attention):
-            bench(out, env, plan, quiet)
-        try:
-            bench_comm(out, env, plan, quiet)
-        except BenchmarkError as exc:
-            if strict:
-                raise
-            print(f"warning: {exc}; continuing without it", file=sys.stderr)
+        with progress.task("calibrate: benchmarks", 4) as bar:
+            for bench in (bench_gemm, bench_memory, bench_attention):
+                bar.note(bench.__name__.removeprefix("bench_"))
+                bench(out, env, plan, quiet)
+                bar.update(1)
+            bar.note("collectives")
+            try:
+                bench_comm(out, env, plan, quiet)
+            except BenchmarkError as exc:
+                if strict:
+                    raise
+                print(f"warning: {exc}; continuing without it", file=sys.stderr)
     except KeyboardInterrupt:
         raise ComplexityError(f"calibration interrupted; measurements taken so far are kept in "
                               f"{out / 'measurements'}; re-run the same command to resume") from None

@@ -30,6 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
 
+from simulator import progress
 from simulator.errors import ComplexityError, InvalidInputError, ProfileError
 from simulator.hardware.profile import Profile
 from simulator.hardware.specs import ClusterSpec
@@ -247,8 +248,10 @@ def train_steps(rs: RunSpec, rank: int = 0, ddp: bool = False) -> dict[str, Any]
     ranks (exchanged after the step, outside the timed window) so all ranks agree."""
     import torch
     step, opt_name = _step_fn(rs, rank, ddp)
+    bar = progress.open_task("validate-run: warm-up and timed steps", rs.warmup + rs.steps)
     for _ in range(rs.warmup):
         step()
+        bar.update(1)
     limit, out = clean_threshold(rs.nproc), {"times": [], "pressure": [], "losses": []}
     clean, faults0 = 0, _minor_faults()
     while clean < rs.steps and len(out["times"]) < MAX_STEP_FACTOR * rs.steps:
@@ -266,6 +269,8 @@ def train_steps(rs: RunSpec, rank: int = 0, ddp: bool = False) -> dict[str, Any]
         out["pressure"].append(pr)
         out["losses"].append(float(loss.detach()))
         clean += pr <= limit
+        bar.update(int(pr <= limit))                   # the bar counts clean steps
+    bar.close()
     out["optimizer"] = opt_name
     out["minor_faults_per_step"] = (_minor_faults() - faults0) / len(out["times"])
     return out
@@ -364,8 +369,11 @@ def validate_run(model: str, profile: str | Path, nproc: int = 1, micro_batch: i
         raise InvalidInputError("wait_quiet", wait_quiet_s, "seconds >= 0")
     prof, prof_path, notes = load_profile(profile, rs.threads)
     res = predict(rs, prof)                    # before the run: bad input fails fast
-    waited = wait_quiet(wait_quiet_s) if wait_quiet_s > 0 else 0.0
-    meas = measure(rs)
+    with progress.task("validate-run: waiting for a quiet host"):
+        waited = wait_quiet(wait_quiet_s) if wait_quiet_s > 0 else 0.0
+    with progress.task(f"validate-run: training ({rs.nproc} process"
+                       f"{'es, DDP' if rs.nproc > 1 else ''})"):
+        meas = measure(rs)
     err = 100.0 * (res.step_time_s - meas.median_s) / meas.median_s
     notes += _notes(rs, meas, waited)
     return ValidationResult(

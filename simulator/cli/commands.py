@@ -11,6 +11,7 @@ from ..engine.simulate import simulate
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
+from ..report.assumptions import assumptions
 from ..report.table import format_result_table
 from ..report.trace import write_chrome_trace
 from ..validation.predict import (
@@ -18,8 +19,8 @@ from ..validation.predict import (
     predict_row,
     read_rows,
     summary_line,
-    write_rows,
 )
+from ..validation.rowfile import predict_rows
 from ..workload import resolve_model
 from .registry import command
 
@@ -62,7 +63,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="event", help="event or analytic")
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here (.json.gz: compressed)")
+    p.add_argument("--plot", help="write the simulated step as a Gantt chart per stage and "
+                   "track, with memory over time (.png, .svg or .pdf)")
     m = p.add_argument_group("--module options (DDP / FSDP of a traced torch module)")
     m.add_argument("--strategy", default="ddp", help="ddp or fsdp")
     m.add_argument("--bucket-cap-mb", type=float, help="DDP bucket_cap_mb (MiB; default torch's)")
@@ -103,17 +106,24 @@ def run_simulate(a: argparse.Namespace) -> int:
                            a.nic_kind, a.scale_up, a.node, a.oversubscription)
     prof = load_profile_for(cluster.gpu.key, a.profile)
     plan = plan_from_args(a, cluster.n_gpus)
-    res = simulate(model, plan, cluster, prof, engine=a.engine, keep_timeline=bool(a.trace))
+    res = simulate(model, plan, cluster, prof, engine=a.engine,
+                   keep_timeline=bool(a.trace or a.plot))
     if a.trace:
         write_chrome_trace(a.trace, res)
+    if a.plot:
+        from ..report.gantt import plot_timeline
+        plot_timeline(res, a.plot, f"{model.name} on {cluster.n_gpus} x {cluster.gpu.key}")
     if a.json:
         out = res.to_dict()
-        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name)
+        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name,
+                   assumptions=assumptions(model, plan, cluster, prof))
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         print(format_result_table(res, model, plan, cluster, prof))
         if a.trace:
             print(f"trace written to {a.trace} (open in https://ui.perfetto.dev)")
+        if a.plot:
+            print(f"timeline picture written to {a.plot}")
     return 0
 
 
@@ -126,7 +136,9 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_predict)
 
 
-def predict_file(runs: str):
+def predict_file(runs: str, out: str | None = None):
+    """Every row's outcome; with ``out``, rows are written as they finish and an
+    interrupted run resumes (``validation.rowfile``)."""
     from hardware_db import load_profile
     rows = read_rows(runs)
     cache: dict[str, Profile] = {}
@@ -134,13 +146,11 @@ def predict_file(runs: str):
         if key not in cache:
             cache[key] = load_profile(key)
         return cache[key]
-    return [predict_row(r, cluster_from_row, prof) for r in rows]
+    return predict_rows(rows, lambda r: predict_row(r, cluster_from_row, prof), out)
 
 
 def run_predict(a: argparse.Namespace) -> int:
-    outcomes = predict_file(a.runs)
-    if a.out:
-        write_rows(a.out, outcomes)
+    outcomes = predict_file(a.runs, a.out)
     if not a.quiet:
         for o in outcomes:
             c = outcome_columns(o)
@@ -155,6 +165,8 @@ def run_predict(a: argparse.Namespace) -> int:
 def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="validation/published_runs.csv")
     p.add_argument("--out-dir", default="validation/report")
+    p.add_argument("--html", action="store_true", help="also write OUT_DIR/report.html with "
+                   "the validation plots (needs matplotlib)")
     p.set_defaults(func=run_report)
 
 
@@ -164,6 +176,9 @@ def run_report(a: argparse.Namespace) -> int:
     md = write_report(outcomes, Path(a.out_dir))
     print(summary_line(outcomes))
     print(f"report written to {md}")
+    if a.html:
+        from ..validation.report_html import write_html
+        print(f"HTML page written to {write_html(outcomes, md.read_text(), Path(a.out_dir))}")
     return 0
 
 

@@ -68,6 +68,16 @@ def _estimate_lines(label: str, e) -> list[str]:
 
 def format_plan_answer(answer: Mapping[str, Any], model: TransformerSpec) -> str:
     lines = [f"plan  {model.name} ({model.total_params() / 1e9:.1f} B params, seq {model.seq_len})"]
+    if "assumptions" in answer:
+        x = answer["assumptions"]
+        if x["global_batch_sequences"]:
+            lines.append(f"assumed: global batch {x['global_batch_sequences']} sequences "
+                         f"({x['global_batch_source']}) x {x['seq_len']} tokens = "
+                         f"{x['tokens_per_step']:,} tokens/step; profile {x['profile']}")
+        if x.get("window_global_batches"):
+            lines.append(f"assumed: short window: the best of global batches "
+                         f"{','.join(map(str, x['window_global_batches']))} x {x['seq_len']} "
+                         f"tokens; profile {x['profile']}")
     if "time_on_gpus" in answer:
         lines += [""] + _estimate_lines("time to train", answer["time_on_gpus"])
     if "deadline" in answer:
@@ -88,8 +98,11 @@ def format_plan_answer(answer: Mapping[str, Any], model: TransformerSpec) -> str
     return "\n".join(lines)
 
 
-def format_compare(rows: Sequence[Any], model: TransformerSpec, tokens: float, pue: float) -> str:
-    lines = [f"compare  {model.name}, {tokens:.3g} tokens, PUE {pue:g}", "",
+def format_compare(rows: Sequence[Any], model: TransformerSpec, tokens: float, pue: float,
+                   global_batch: int | None = None) -> str:
+    lines = [f"compare  {model.name}, {tokens:.3g} tokens, PUE {pue:g}",
+             f"assumed: global batch {global_batch} sequences x {model.seq_len} tokens" if global_batch
+             else "", "",
              f"{'hardware':28s} {'tokens/s':>12} {'days':>8} {'cost':>12} {'MWh':>8} "
              f"{'MFU%':>5} {'free%':>6}  limiting resource / plan"]
     for r in rows:

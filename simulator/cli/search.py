@@ -290,7 +290,10 @@ def run_plan(a: argparse.Namespace) -> int:
 def _plan_answers(a, model, tokens, price, opts, cat) -> dict[str, Any]:
     answer: dict[str, Any] = {"model": model.name, "gpu": a.gpu, "pue": a.pue}
     batches = parse_int_list(a.global_batch, "global_batch") if a.global_batch else None
-    gb = batches[0] if batches else 1024
+    gb = batches[0] if batches else DEFAULT_PLAN_BATCH
+    gpu_key = cat.cluster(HardwareChoice(a.gpu, 1)).gpu.key
+    answer["assumptions"] = plan_assumptions(model, gb, batches is not None,
+                                             cat.profile(gpu_key).name)
     if a.gpus is not None and tokens is not None:
         est, _ = time_on(model, tokens, HardwareChoice(a.gpu, a.gpus), gb, cat, opts, price, a.pue)
         answer["time_on_gpus"] = est
@@ -303,7 +306,22 @@ def _plan_answers(a, model, tokens, price, opts, cat) -> dict[str, Any]:
                              if max(1, a.gpus // 8) <= b <= 8 * a.gpus]
         answer["window"] = window_plan(model, a.window_min * 60.0, HardwareChoice(a.gpu, a.gpus),
                                        ladder, cat, opts)
+        answer["assumptions"]["window_global_batches"] = ladder
+        if "time_on_gpus" not in answer and "deadline" not in answer:
+            answer["assumptions"].update(global_batch_sequences=None, tokens_per_step=None,
+                                         global_batch_source="the window's ladder")
     return answer
+
+
+DEFAULT_PLAN_BATCH = 1024
+
+
+def plan_assumptions(model: TransformerSpec, gb: int, given: bool, profile: str) -> dict[str, Any]:
+    """What ``plan`` assumed (printed and in ``--json``)."""
+    return {"global_batch_sequences": gb,
+            "global_batch_source": "--global-batch" if given else "default; set --global-batch",
+            "window_global_batches": None,
+            "seq_len": model.seq_len, "tokens_per_step": gb * model.seq_len, "profile": profile}
 
 
 def _plan_plot_args(answer: dict[str, Any]) -> tuple:
@@ -360,9 +378,11 @@ def run_compare(a: argparse.Namespace) -> int:
                    prices, a.pue)
     if a.json:
         _emit_json({"model": model.name, "tokens": tokens, "pue": a.pue,
+                    "assumptions": {"global_batch_sequences": a.global_batch,
+                                    "seq_len": model.seq_len},
                     "rows": [r.to_dict() for r in rows]})
     else:
-        print(format_compare(rows, model, tokens, a.pue))
+        print(format_compare(rows, model, tokens, a.pue, a.global_batch))
     if a.plot:
         from ..report.plots import plot_comparison
         _maybe_plot(a.plot, plot_comparison, rows)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Mapping, Protocol, Sequence
 
+from .. import progress
 from ..engine.stage_work import place_groups
 from ..errors import ComplexityError, InvalidInputError
 from ..hardware.profile import Profile
@@ -296,7 +297,8 @@ def window_plan(model: TransformerSpec, window_s: float, choice: HardwareChoice,
     _check_positive("window", window_s)
     best: tuple[int, int, RankedPlan] | None = None
     rows = []
-    for gb in batches:
+    for gb in progress.track(batches, f"plan: global batches on {choice.label}",
+                             describe=lambda b: f"batch {b}"):
         quick = replace(options, top_k=1, event_top=min(options.event_top, 2),
                         event_max=min(options.event_max, 4))
         w = _best_or_none(model, choice, gb, catalog, quick)
@@ -342,7 +344,7 @@ def compare(model: TransformerSpec, tokens: float, choices: Sequence[HardwareCho
     """Each hardware choice with its own best plan. ``prices`` maps GPU keys (canonical or
     as given) to USD per GPU-hour, overriding hardware_db's."""
     rows = []
-    for ch in choices:
+    for ch in progress.track(choices, "compare: hardware choices", describe=lambda c: c.label):
         price = _price_for(prices, ch, catalog)
         try:
             est, rep = time_on(model, tokens, ch, global_batch, catalog, options, price, pue)

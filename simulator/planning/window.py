@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from .. import progress
 from ..errors import ComplexityError, InvalidInputError
 from ..search.driver import SearchOptions
 from ..workload.spec import MLP, Norm, Position, TransformerSpec
@@ -164,7 +165,7 @@ def sweep_sizes(models: Sequence[TransformerSpec], window_s: float, choice: Hard
     if not models:
         raise InvalidInputError("models", [], "one or more models")
     rows = []
-    for m in models:
+    for m in progress.track(models, "plan: model sizes", describe=lambda x: x.name):
         n = m.total_params()
         ck = overheads.checkpoint_s(n)
         train = window_s - overheads.startup_s - ck

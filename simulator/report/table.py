@@ -6,6 +6,7 @@ from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
 from ..workload.spec import TransformerSpec
+from .assumptions import assumption_lines, assumptions
 
 
 def _fmt_bytes(b: float) -> str:
@@ -23,7 +24,7 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
         f"mb={plan.micro_batch} gbs={plan.global_batch} sp={plan.sequence_parallel} "
         f"recompute={plan.recompute.value} zero={plan.zero_stage} {plan.precision.value} "
         f"{plan.schedule.value} attention={plan.attention.value}",
-        f"profile    {prof.name}",
+        *assumption_lines(assumptions(model, plan, cluster, prof)),
         "",
         f"step time            {r.step_time_s:10.3f} s   ({r.num_microbatches} micro-batches)",
         f"tokens/s             {r.tokens_per_s:10.0f}",

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
+from .. import progress
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
@@ -36,7 +37,6 @@ from .executor import (
     Engine,
     EvalContext,
     ExecutorKind,
-    Progress,
     make_batches,
     make_executor,
 )
@@ -105,7 +105,7 @@ class SearchOptions:
     executor: ExecutorKind = ExecutorKind.LOCAL
     address: str | None = None
     results_dir: str | None = None
-    progress: bool = False
+    progress: bool = False      # unused: progress goes to ``simulator.progress`` listeners
     price_usd_per_gpu_hour: float | None = None
     tokens: float | None = None
 
@@ -221,7 +221,9 @@ def prune(ctx: EvalContext, space: SearchSpace, rejected: Counter) -> tuple[list
     generated = 0
     groups: dict[Plan, list[Plan]] = {}
     cap = ctx.cluster.gpu.mem_bytes
-    for item in enumerate_space(ctx.model, ctx.cluster, ctx.global_batch, space):
+    label = f"search: enumerate plans on {ctx.cluster.n_gpus} GPUs, batch {ctx.global_batch}"
+    for item in progress.track(enumerate_space(ctx.model, ctx.cluster, ctx.global_batch, space),
+                               label):
         if isinstance(item, Rejection):
             rejected[item.key] += item.count
             generated += item.count
@@ -343,16 +345,15 @@ class _Run:
             self.executor = make_executor(self.options.executor, self.contexts,
                                           self.options.workers, self.options.address)
         workers = getattr(self.executor, "workers", 1) or 1
-        bar = Progress(len(todo), label, self.options.progress and len(todo) > 200)
         try:
-            for recs in self.executor.run(make_batches(todo, engine, workers), len(todo)):
-                for r in recs:
-                    out[index[r["key"]]] = r
-                if self.store:
-                    self.store.add(recs)
-                bar.update(len(recs))
+            with progress.task(f"search: {label}", len(todo)) as bar:
+                for recs in self.executor.run(make_batches(todo, engine, workers), len(todo)):
+                    for r in recs:
+                        out[index[r["key"]]] = r
+                    if self.store:
+                        self.store.add(recs)
+                    bar.update(len(recs))
         finally:
-            bar.close()
             if self.store:
                 self.store.flush()
 
@@ -382,7 +383,7 @@ def search(contexts: Sequence[EvalContext], options: SearchOptions | None = None
             store.register_inputs(ctx.fingerprint, {**inputs_record(ctx.model, ctx.cluster, ctx.profile),
                                                     "global_batch": ctx.global_batch})
     run = _Run(contexts, options, store)
-    analytic = run.evaluate(items, Engine.ANALYTIC, "analytic")
+    analytic = run.evaluate(items, Engine.ANALYTIC, "rank (analytic engine)")
     scored = _score_ok(analytic, contexts, options, rejected)
     confirmed = _confirm(run, scored, contexts, options, rejected)
     ranked = _final_ranking(confirmed, scored, contexts, options)
@@ -418,7 +419,8 @@ def _confirm(run: _Run, scored, contexts, options, rejected: Counter):
     i = 0
     while i < min(len(order), cap):
         batch = order[i:min(i + options.event_top, cap)]
-        evaluated = run.evaluate([(j, p) for _, j, p, _ in batch], Engine.EVENT, "event")
+        evaluated = run.evaluate([(j, p) for _, j, p, _ in batch], Engine.EVENT,
+                                 "confirm best (event engine)")
         confirmed += _score_ok(evaluated, contexts, options, rejected)
         i += len(batch)
         if not confirmed or i >= len(order):

@@ -43,6 +43,7 @@ class RowOutcome:
     chosen: str
     status: str
     error_pct: float | None
+    saved: dict[str, str] | None = None     # output columns of a row resumed from a file
 
 
 # ---- row parsing ---------------------------------------------------------------------------
@@ -258,6 +259,8 @@ def write_rows(path: str | Path, outcomes: list[RowOutcome]) -> None:
 
 
 def outcome_columns(o: RowOutcome) -> dict[str, str]:
+    if o.result is None and o.saved is not None:
+        return {c: o.saved.get(c, "") for c in OUT_COLUMNS}
     r = o.result
     return {"predicted_step_time_s": f"{r.step_time_s:.4g}" if r else "",
             "predicted_tokens_per_s_per_gpu": f"{r.tokens_per_s_per_gpu:.5g}" if r else "",
