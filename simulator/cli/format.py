@@ -26,7 +26,8 @@ def format_search(r: SearchReport, model: TransformerSpec, launch: Mapping[str, 
     gpus = sorted({x["n_gpus"] for x in t})
     gbs = sorted({x["global_batch"] for x in t})
     lines = [f"search  {model.name} on {','.join(map(str, gpus))} x {t[0]['gpu']}, global batch "
-             f"{','.join(map(str, gbs))}, seq {model.seq_len}; objective {r.objective.value}",
+             f"{','.join(map(str, gbs))}, seq {model.seq_len}; objective {r.objective.value}; "
+             f"profile {t[0]['profile']}",
              f"        {r.generated} candidate plans, {r.simulated.get('analytic', 0)} simulated "
              f"(analytic), {r.simulated.get('event', 0)} confirmed (event), {r.resumed} resumed; "
              f"{r.search_wall_s:.1f} s",
@@ -117,7 +118,7 @@ def format_compare(rows: Sequence[Any], model: TransformerSpec, tokens: float, p
 
 
 def format_scaling(curves: Sequence[Any], model: TransformerSpec) -> str:
-    lines = [f"scaling  {model.name}"]
+    lines = [f"scaling  {model.name}, seq {model.seq_len} (global batch per point below)"]
     for c in curves:
         f = c.serial_fraction
         amdahl = f"; Amdahl serial fraction {f:.4f} (max speedup {c.max_speedup:.0f}x)" \

@@ -415,7 +415,9 @@ def run_scaling(a: argparse.Namespace) -> int:
     opts = search_options(a)
     curves = [scaling_curve(model, a.gpu, counts, a.global_batch, k, cat, opts) for k in kinds]
     if a.json:
-        _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves]})
+        _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves],
+                    "assumptions": {"global_batch_sequences_at_smallest_count": a.global_batch,
+                                    "seq_len": model.seq_len}})
     else:
         print(format_scaling(curves, model))
     if a.plot:

@@ -3,7 +3,7 @@
 Left: the device roofline (one roof per precision) with every op that does FLOPs at
 (FLOP per byte, achieved TFLOP/s), sized by its time; the ``top`` ops by time are labelled
 from a column beside the axes, in the order of their heights, with leader lines, so labels
-never overlap however the points cluster. Right: ops with no FLOPs (norms, softmax,
+never overlap however the points cluster. Below: ops with no FLOPs (norms, softmax,
 copies, optimizer traffic) have no place on a roofline, so they are shown as the memory
 bandwidth they achieve against the HBM peak, the ``top`` of them by time.
 matplotlib is imported lazily (``figure.pyplot``).
@@ -37,6 +37,14 @@ class RooflinePoint:
     @property
     def achieved_gbytes_per_s(self) -> float:
         return self.bytes_moved / self.time_s / 1e9
+
+
+def short(name: str, n: int = 32) -> str:
+    """``name`` in at most ``n`` characters, keeping its head and tail (module and op)."""
+    if len(name) <= n:
+        return name
+    head = (n - 1) // 2
+    return name[:head] + "\u2026" + name[-(n - 1 - head):]
 
 
 def label_column(ax, points: Sequence[tuple[float, float, str]], x_text: float = 1.03) -> None:
@@ -77,7 +85,7 @@ def _flop_panel(ax, pts: list[RooflinePoint], roofs, bw, top: int, title: str) -
                    label="memory-bound" if bound else "compute-bound")
     best = sorted(pts, key=lambda p: (-p.time_s, p.name))[:top]
     label_column(ax, [(p.intensity, p.achieved_tflops,
-                       f"{p.name[-28:]}  {p.time_s * 1e3:.3g} ms") for p in best])
+                       f"{short(p.name)}  {p.time_s * 1e3:.3g} ms") for p in best])
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte)",
            ylabel="achieved TFLOP/s", title=f"{title}: top {len(best)} of {len(pts)} ops by time")
     ax.title.set_fontsize(9)
@@ -88,7 +96,7 @@ def _flop_panel(ax, pts: list[RooflinePoint], roofs, bw, top: int, title: str) -
 def _bandwidth_panel(ax, pts: list[RooflinePoint], bw: float, top: int) -> None:
     best = sorted(pts, key=lambda p: (-p.time_s, p.name))[:top][::-1]
     ax.barh(range(len(best)), [p.achieved_gbytes_per_s for p in best], color="tab:orange")
-    ax.set_yticks(range(len(best)), [f"{p.name[-24:]}  {p.time_s * 1e3:.3g} ms" for p in best],
+    ax.set_yticks(range(len(best)), [f"{short(p.name, 28)}  {p.time_s * 1e3:.3g} ms" for p in best],
                   fontsize=7)
     ax.axvline(bw, color="k", lw=1.2, label=f"HBM {bw:g} GB/s")
     ax.set(xlabel="achieved GB/s", title=f"ops without FLOPs: top {len(best)} of {len(pts)} by time")
@@ -105,11 +113,11 @@ def draw_roofline(points: Sequence[RooflinePoint], roofs: Mapping[str, float],
     flop = [p for p in timed if p.flops > 0]
     zero = [p for p in timed if p.flops <= 0]
     if zero:
-        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 5.5),
-                                      gridspec_kw={"width_ratios": [2.2, 1], "wspace": 1.0})
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 9.5),
+                                      gridspec_kw={"height_ratios": [1.5, 1], "hspace": 0.3})
         _bandwidth_panel(ax2, zero, mem_bw_gbytes_per_s, top)
     else:
-        fig, ax = plt.subplots(figsize=(10, 5.5))
+        fig, ax = plt.subplots(figsize=(11, 5.5))
     _flop_panel(ax, flop, roofs, mem_bw_gbytes_per_s, top, title)
-    fig.subplots_adjust(left=0.07, right=0.97 if zero else 0.72)
+    fig.subplots_adjust(left=0.3 if zero else 0.08, right=0.68)
     return _save(fig, path, tight=False)
