@@ -13,6 +13,14 @@ from ..hardware.profile import Profile
 from ..parallel.plan import Plan
 from ..report.table import format_result_table
 from ..report.trace import write_chrome_trace
+from ..uncertainty.interval import estimate_uncertainty, format_interval_lines
+from ..uncertainty.table import SHIPPED_TABLE, load_table
+from ..validation.intervals import (
+    attach_heldout,
+    attach_intervals,
+    coefficient_spreads,
+    learn_from,
+)
 from ..validation.predict import (
     outcome_columns,
     predict_row,
@@ -63,6 +71,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    p.add_argument("--no-interval", action="store_true",
+                   help="skip the 80%% interval (saves its extra analytic simulations)")
     m = p.add_argument_group("--module options (DDP / FSDP of a traced torch module)")
     m.add_argument("--strategy", default="ddp", help="ddp or fsdp")
     m.add_argument("--bucket-cap-mb", type=float, help="DDP bucket_cap_mb (MiB; default torch's)")
@@ -104,14 +114,20 @@ def run_simulate(a: argparse.Namespace) -> int:
     prof = load_profile_for(cluster.gpu.key, a.profile)
     plan = plan_from_args(a, cluster.n_gpus)
     res = simulate(model, plan, cluster, prof, engine=a.engine, keep_timeline=bool(a.trace))
+    unc = None if a.no_interval else estimate_uncertainty(
+        model, plan, cluster, prof, framework=getattr(a, "framework", None))
     if a.trace:
         write_chrome_trace(a.trace, res)
     if a.json:
         out = res.to_dict()
         out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name)
+        if unc is not None:
+            out.update(unc.result_fields(res), uncertainty=unc.to_dict())
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         print(format_result_table(res, model, plan, cluster, prof))
+        if unc is not None:
+            print(format_interval_lines(res, unc))
         if a.trace:
             print(f"trace written to {a.trace} (open in https://ui.perfetto.dev)")
     return 0
@@ -139,6 +155,7 @@ def predict_file(runs: str):
 
 def run_predict(a: argparse.Namespace) -> int:
     outcomes = predict_file(a.runs)
+    attach_intervals(outcomes, load_table())
     if a.out:
         write_rows(a.out, outcomes)
     if not a.quiet:
@@ -155,15 +172,30 @@ def run_predict(a: argparse.Namespace) -> int:
 def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="validation/published_runs.csv")
     p.add_argument("--out-dir", default="validation/report")
+    p.add_argument("--ship-uncertainty", action="store_true",
+                   help="also write the learned model-form table to the copy predictions "
+                   f"read ({SHIPPED_TABLE.relative_to(SHIPPED_TABLE.parents[3])})")
     p.set_defaults(func=run_report)
 
 
 def run_report(a: argparse.Namespace) -> int:
-    from ..validation.report import write_report
+    from ..validation.report import TABLE_NAME, write_report
     outcomes = predict_file(a.runs)
-    md = write_report(outcomes, Path(a.out_dir))
+    spreads = coefficient_spreads(outcomes)
+    out_dir = Path(a.out_dir)
+    command = f"complexity report --runs {a.runs} --out-dir {a.out_dir}" + \
+        (" --ship-uncertainty" if a.ship_uncertainty else "")
+    learned = learn_from(outcomes, spreads, a.runs, out_dir / "report.md", command)
+    attach_heldout(outcomes, spreads, learned)
+    md = write_report(outcomes, out_dir, learned)
     print(summary_line(outcomes))
-    print(f"report written to {md}")
+    lo = learned.table.provenance["leave_one_source_out"]
+    print(f"80% intervals, leave one source out: {lo['covered']}/{lo['rows']} measured step "
+          f"times inside, median width {100 * lo['median_width_frac']:.1f}% of the prediction")
+    print(f"report written to {md}; uncertainty table {out_dir / TABLE_NAME}")
+    if a.ship_uncertainty:
+        learned.table.write_json(SHIPPED_TABLE)
+        print(f"shipped uncertainty table updated: {SHIPPED_TABLE}")
     return 0
 
 

@@ -392,7 +392,7 @@ def run_scaling(a: argparse.Namespace) -> int:
     kinds = [ScalingKind.STRONG, ScalingKind.WEAK] if a.kind == "both" else [ScalingKind(a.kind)]
     cat = _catalog(a, a.nic_gbps)
     cat.cluster(HardwareChoice(a.gpu, counts[0]))
-    opts = search_options(a)
+    opts = replace(search_options(a), intervals=False)     # curves show point values only
     curves = [scaling_curve(model, a.gpu, counts, a.global_batch, k, cat, opts) for k in kinds]
     if a.json:
         _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves]})
@@ -435,7 +435,8 @@ def _one_plan_args(p: argparse.ArgumentParser) -> None:
 
 def _resolve_plan(a, model: TransformerSpec, cluster: ClusterSpec, prof: Profile) -> Plan:
     if all(getattr(a, k) is None for k in ("tp", "pp", "dp", "cp", "ep")):
-        opts = replace(search_options(a), top_k=1, event_top=0 if a.engine == "analytic" else 1)
+        opts = replace(search_options(a), top_k=1, event_top=0 if a.engine == "analytic" else 1,
+                       intervals=False)
         rep = search([make_context(model, cluster, prof, a.global_batch)], opts)
         if rep.winner is None:
             raise InfeasiblePlanError("no_feasible_plan", "no plan fits; rejected: "

@@ -35,6 +35,7 @@ from ..search.driver import (
     make_context,
     search,
 )
+from ..uncertainty.interval import Interval, distinguishable, log_interval_like
 from ..workload.spec import TransformerSpec
 
 DEFAULT_PUE = 1.2
@@ -129,12 +130,29 @@ class TrainingEstimate:
     def days(self) -> float:
         return self.seconds / SECONDS_PER_DAY
 
+    def interval(self, value: float) -> Interval | None:
+        """80 % interval of ``value`` (time, cost or energy of this estimate: all scale
+        with the step time) from the plan's step-time interval; None without one."""
+        iv = self.plan.step_time_interval if self.plan is not None else None
+        return log_interval_like(iv, value) if iv is not None else None
+
+    def interval_fields(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, v in (("seconds", self.seconds), ("days", self.days),
+                        ("gpu_hours", self.gpu_hours), ("cost_usd", self.cost_usd),
+                        ("energy_mwh", self.energy_mwh)):
+            iv = self.interval(v) if v is not None else None
+            if iv is not None:
+                out.update(iv.fields(name))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = {"gpu": self.gpu, "n_gpus": self.n_gpus, "tokens": self.tokens,
              "tokens_per_s": self.tokens_per_s, "seconds": self.seconds, "hours": self.hours,
              "days": self.days, "gpu_hours": self.gpu_hours,
              "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour, "cost_usd": self.cost_usd,
-             "tdp_w": self.tdp_w, "pue": self.pue, "energy_mwh": self.energy_mwh}
+             "tdp_w": self.tdp_w, "pue": self.pue, "energy_mwh": self.energy_mwh,
+             **self.interval_fields()}
         if self.plan is not None:
             d["plan"] = self.plan.to_dict()
         return d
@@ -362,3 +380,21 @@ def _price_for(prices: Mapping[str, float] | None, ch: HardwareChoice,
     if ch.gpu in prices:
         return prices[ch.gpu]
     return prices.get(catalog.cluster(ch).gpu.key)
+
+
+def indistinguishable_from_best(rows: Sequence[ComparisonRow],
+                                what: str = "days") -> tuple[ComparisonRow | None, list[ComparisonRow]]:
+    """The best row by ``what`` (``days`` or ``cost_usd``, lower is better) and the rows
+    whose 80 % interval of it overlaps the best's by more than half (not distinguishable)."""
+    def value(r: ComparisonRow) -> float | None:
+        return getattr(r.estimate, what) if r.estimate is not None else None
+    ok = [r for r in rows if value(r) is not None]
+    if not ok:
+        return None, []
+    best = min(ok, key=value)
+    b_iv = best.estimate.interval(value(best))
+    if b_iv is None:
+        return best, []
+    same = [r for r in ok if r is not best and r.estimate.interval(value(r)) is not None
+            and not distinguishable(b_iv, r.estimate.interval(value(r)))]
+    return best, same

@@ -30,10 +30,22 @@ from ..frameworks.defaults import (
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
+from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
 
 OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
-               "chosen", "status"]
+               "chosen", "status", "predicted_step_time_p10_s", "predicted_step_time_p90_s"]
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """What the chosen prediction was simulated from (for intervals and reports)."""
+
+    model: TransformerSpec
+    plan: Plan
+    cluster: ClusterSpec
+    profile: Profile
+    framework: str
 
 
 @dataclass
@@ -43,6 +55,9 @@ class RowOutcome:
     chosen: str
     status: str
     error_pct: float | None
+    inputs: RowInputs | None = None
+    # spread of the step time (``simulator.validation.intervals``), when computed
+    uncertainty: Uncertainty | None = None
 
 
 # ---- row parsing ---------------------------------------------------------------------------
@@ -195,14 +210,14 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     cluster = make_cluster(row)
     prof = get_profile(cluster.gpu.key)
     base = base_plan(row, fw)
-    best: tuple[float, Result, str] | None = None
-    fallback: tuple[float, Result, str] | None = None
+    best: tuple[float, Result, str, Plan] | None = None
+    fallback: tuple[float, Result, str, Plan] | None = None
     for plan, note in candidate_plans(row, base, fw):
         try:
             r = simulate(model, plan, cluster, prof)
         except InvalidInputError:
             continue
-        key = (r.step_time_s, r, note)
+        key = (r.step_time_s, r, note, plan)
         if r.fits_in_memory and (best is None or r.step_time_s < best[0]):
             best = key
         if fallback is None or max(r.peak_memory_bytes) < max(fallback[1].peak_memory_bytes):
@@ -215,12 +230,12 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
             f"least-memory plan: estimate {max(best[1].peak_memory_bytes) / 1e9:.1f} GB exceeds "
             f"{best[1].memory_capacity_bytes / 1e9:.0f} GB although the published run fit, "
             "so the memory model is pessimistic for this row")
-    step, res, note = best
+    step, res, note, plan = best
     status = "ok"
     measured = _float(row.get("measured_step_time_s"))
     err = 100.0 * (step - measured) / measured if measured else None
     chosen = ";".join(x for x in chosen_extra + [note, f"framework defaults: {fw.why}"] if x)
-    return RowOutcome(row, res, chosen, status, err)
+    return RowOutcome(row, res, chosen, status, err, RowInputs(model, plan, cluster, prof, fw_name))
 
 
 def _guess_heads(row: Mapping[str, str]) -> int:
@@ -262,7 +277,16 @@ def outcome_columns(o: RowOutcome) -> dict[str, str]:
     return {"predicted_step_time_s": f"{r.step_time_s:.4g}" if r else "",
             "predicted_tokens_per_s_per_gpu": f"{r.tokens_per_s_per_gpu:.5g}" if r else "",
             "error_pct": f"{o.error_pct:+.2f}" if o.error_pct is not None else "",
-            "chosen": o.chosen, "status": o.status}
+            "chosen": o.chosen, "status": o.status,
+            **_interval_columns(o)}
+
+
+def _interval_columns(o: RowOutcome) -> dict[str, str]:
+    if o.result is None or o.uncertainty is None:
+        return {"predicted_step_time_p10_s": "", "predicted_step_time_p90_s": ""}
+    iv = o.uncertainty.interval(o.result.step_time_s)
+    return {"predicted_step_time_p10_s": f"{iv.p10:.4g}",
+            "predicted_step_time_p90_s": f"{iv.p90:.4g}"}
 
 
 def summary_line(outcomes: list[RowOutcome]) -> str:
