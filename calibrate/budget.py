@@ -341,10 +341,11 @@ def _interleave(points: Iterable[Point]) -> list[Point]:
     return [p for row in zip_longest(*groups.values()) for p in row if p is not None]
 
 
-def _runs(points: Iterable[Point]) -> set[str]:
-    """Process spawns the collective points need: the default NCCL run, the ring run."""
-    return {p.p.get("algo", "default") for p in points if p.bench in ("collectives",
-                                                                        "interference")}
+def _runs(points: Iterable[Point], done: frozenset[str] = frozenset()) -> set[str]:
+    """Process spawns the collective points not yet measured need: the default NCCL run,
+    the ring run."""
+    return {p.p.get("algo", "default") for p in points
+            if p.bench in ("collectives", "interference") and p.key not in done}
 
 
 def make_plan(t: Target, budget_s: float | None = None,
@@ -361,13 +362,13 @@ def make_plan(t: Target, budget_s: float | None = None,
         chosen, left, total = [], [], sum(fixed.values())
         for p in order:
             cost = 0.0 if p.key in done else p.est_s
-            cost += spawn_s(t) * len(_runs([p]) - _runs(chosen))
+            cost += spawn_s(t) * len(_runs([p], done) - _runs(chosen, done))
             if total + cost <= SAFETY * budget_s:
                 chosen.append(p)
                 total += cost
             else:
                 left.append(p)
-    for run in sorted(_runs(chosen)):
+    for run in sorted(_runs(chosen, done)):
         fixed[f"nccl spawn ({run})"] = spawn_s(t)
     rank = {b: i for i, b in enumerate(BENCH_ORDER)}
     chosen = sorted(chosen, key=lambda p: rank[p.bench])       # stable: spread order kept
