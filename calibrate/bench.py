@@ -322,8 +322,10 @@ def _attn_fn(b: int, h: int, s: int, d: int, pas: str, device=None, dtype: str =
     def run():
         with pinned():
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            if pas == "fwd_bwd":
-                o.backward(grad) if grad is not None else o.sum().backward()
+            if pas == "fwd_bwd" and grad is None:
+                o.sum().backward()
+            elif pas == "fwd_bwd":      # the gradients alone: no accumulation into q.grad
+                torch.autograd.grad(o, (q, k, v), grad)
     return run
 
 

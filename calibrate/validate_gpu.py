@@ -6,7 +6,8 @@ The run: ``calibrate.torch_model`` builds the decoder the simulator prices, one 
 ``cuda:LOCAL_RANK`` in fp32 with bf16 autocast (as PyTorch mixed precision trains), fused
 AdamW, synthetic tokens. ``strategy`` "ddp": ``DistributedDataParallel`` over NCCL with
 25 MiB buckets; "fsdp": FSDP2 ``fully_shard`` per block and at the root, bf16 parameters
-gathered and fp32 gradients reduced (``MixedPrecisionPolicy``). Each step's time is taken
+gathered and fp32 gradients reduced (``MixedPrecisionPolicy``), AdamW over the sharded
+parameters with ``foreach`` kernels. Each step's time is taken
 with CUDA events around the step (``calibrate.device.CudaEventTimer``: the device finished
 the step before the time is read), the slowest rank's, after ``warmup`` untimed steps.
 
@@ -35,6 +36,7 @@ from simulator.workload.spec import TransformerSpec
 from .validate_run import (
     CLEAN_PRESSURE_DDP,
     DDP_BUCKET_MB,
+    LR,
     RunError,
     ValidationResult,
     _optimizer,
@@ -126,8 +128,14 @@ def make_step(rs: GpuRunSpec, device: Any, rank: int = 0, distributed: bool = Fa
     import torch
 
     from .torch_model import build_model, synthetic_batch
-    model = wrap(build_model(rs.model).to(device), rs.strategy, device, distributed)
-    opt, name = _optimizer(model.parameters())
+    with device:                                  # parameters created on the device
+        model = build_model(rs.model)
+    model = wrap(model, rs.strategy, device, distributed)
+    if distributed and rs.strategy == "fsdp":     # sharded (DTensor) parameters
+        opt, name = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True), \
+            "AdamW(foreach=True)"
+    else:
+        opt, name = _optimizer(model.parameters())
     tokens, targets = (t.to(device) for t in synthetic_batch(rs.model, rs.micro_batch,
                                                             seed=1000 + rank))
 

@@ -103,3 +103,44 @@ def test_model_matches_the_spec_on_the_device():
     from calibrate.torch_model import build_model, param_count
     m = get_preset("tiny-2l-128")
     assert param_count(build_model(m).to(torch.device("cpu"))) == m.total_params()
+
+
+def _ddp_fsdp_worker(rank: int, port: int, out: str) -> None:
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    from calibrate.device import WallTimer
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    try:
+        got = {}
+        for strategy in ("ddp", "fsdp"):
+            rs = gpu_run_spec("tiny-2l-128", 2, 2, 64, 2, 1, strategy, "h200-sxm", gpus_here=2)
+            step, name = make_step(rs, torch.device("cpu"), rank, distributed=True)
+            got[strategy] = {**timed_steps(rs, step, WallTimer(), True, torch.device("cpu")),
+                             "optimizer": name}
+        if rank == 0:
+            Path(out).write_text(json.dumps(got))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_and_fsdp_steps_run_over_gloo(tmp_path: Path):
+    """The wrapping the GPU run uses (DDP; FSDP2 fully_shard with bf16 params), on 2 CPU ranks."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    from calibrate.bench_comm import free_port
+    out = tmp_path / "rank0.json"
+    mp.start_processes(_ddp_fsdp_worker, args=(free_port(), str(out)), nprocs=2,
+                       start_method="spawn")
+    got = json.loads(out.read_text())
+    assert got["fsdp"]["optimizer"] == "AdamW(foreach=True)"
+    for rec in got.values():
+        assert len(rec["times"]) == 2 and all(t > 0 for t in rec["times"])
+        assert rec["losses"][1] < rec["losses"][0]              # one AdamW step learned
