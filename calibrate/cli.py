@@ -246,6 +246,15 @@ def quiet_deprecated_pynvml() -> None:
                             category=FutureWarning)
 
 
+def _refuse_gpu_profile_on_cpu(path: str) -> None:
+    from simulator.errors import ProfileError
+    from simulator.hardware.profile import Profile
+    if Path(path).is_file() and \
+            Profile.read_json(path).fingerprint.get("builder") == "calibrate.gpu_profile":
+        raise ProfileError("profile", path, "a profile measured on this host's CPU",
+                           "this one was measured on GPUs: add --device cuda")
+
+
 def main_validate_run(args: argparse.Namespace) -> int:
     """Entry for the parsed ``validate-run`` subcommand; one-line errors."""
     import json
@@ -264,6 +273,7 @@ def main_validate_run(args: argparse.Namespace) -> int:
                                     steps=args.steps, warmup=args.warmup,
                                     strategy=args.strategy, gpu=args.gpu)
         else:
+            _refuse_gpu_profile_on_cpu(args.profile)
             res = validate_run(args.model, args.profile, nproc=args.nproc,
                                micro_batch=args.micro_batch, seq_len=seq, steps=args.steps,
                                warmup=args.warmup, wait_quiet_s=args.wait_quiet)

@@ -35,9 +35,23 @@ from simulator.hardware.profile import (
 from simulator.hardware.specs import GPUSpec
 
 from .cpu_profile import Measurements, load_measurements, t_compute
-from .fit import AttnPoint, FitResult, GemmPoint, MemPoint, composite_eff, fit_attention, \
-    fit_gemm, fit_memory
-from .gpu_links import other_ops_mape_pct, overlap, restamp, scale_up_link, transferred_links
+from .fit import (
+    AttnPoint,
+    FitResult,
+    GemmPoint,
+    MemPoint,
+    composite_eff,
+    fit_attention,
+    fit_gemm,
+    fit_memory,
+)
+from .gpu_links import (
+    other_ops_mape_pct,
+    overlap,
+    restamp,
+    scale_up_link,
+    transferred_links,
+)
 from .hygiene import assumed_overlap, mark
 
 GPU_FINGERPRINT_KEYS = ("device", "gpu_key", "gpu_name", "gpus", "sm_count", "host", "driver",

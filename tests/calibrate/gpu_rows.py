@@ -20,7 +20,11 @@ from calibrate.device import BenchDevice, WallTimer
 from calibrate.reference import tile_for
 from simulator.cost.kernels import gemm_time_core_s, wave_efficiency
 from simulator.hardware.profile import Coefficient, LinkCoefficients
-from simulator.network.collectives import Collective, alpha_beta_time_s, ring_steps_and_traffic
+from simulator.network.collectives import (
+    Collective,
+    alpha_beta_time_s,
+    ring_steps_and_traffic,
+)
 
 TRUTH = {"eff": {"bf16": 0.72, "fp16": 0.70, "tf32": 0.60, "fp8": 0.58}, "k_half": 300.0,
          "launch_us": 6.0, "bw_eff": 0.88, "mem_launch_us": 4.0,

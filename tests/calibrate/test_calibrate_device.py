@@ -295,3 +295,34 @@ def test_collectives_worker_runs_over_gloo(tmp_path: Path):
 def test_bench_device_names():
     assert cpu_device().name == "cpu" and not cpu_device().is_cuda
     assert BenchDevice("cuda", 3, WallTimer(), 1).name == "cuda:3"
+
+
+# ---- discovery -----------------------------------------------------------------------------
+def test_discover_falls_back_to_torch_without_pynvml(monkeypatch):
+    import calibrate.discover as disc
+    gpu = disc.GpuInfo(0, "NVIDIA H200", 143e9, 0, 0, 0.0, 0, 0, 0, 132)
+    monkeypatch.setattr(disc, "_nvml_gpus", lambda: None)
+    monkeypatch.setattr(disc, "_torch_gpus", lambda: [gpu, gpu])
+    info = disc.discover()
+    assert info.kind == "cuda" and info.key == "cuda-nvidia-h200" and len(info.gpus) == 2
+    assert "pynvml missing" in info.message and "no NVIDIA GPU found" not in info.message
+
+
+class FakeTopoNvml:
+    """Four GPUs: 0-1 and 2-3 joined by NVLink, the pairs across only by PCIe (SYS)."""
+
+    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK = 2, 0
+
+    def nvmlDeviceGetP2PStatus(self, a, b, idx):
+        assert idx == 2
+        return 0 if {a, b} in ({0, 1}, {2, 3}) else 4          # 4: not supported
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 50
+
+
+def test_nvlink_is_per_pair_not_per_gpu():
+    from calibrate.discover import _link
+    nv = FakeTopoNvml()
+    assert _link(nv, 0, 1) == "NVLINK" and _link(nv, 2, 3) == "NVLINK"
+    assert _link(nv, 1, 2) == "SYS"                              # both have NVLinks up

@@ -3,6 +3,7 @@ accepted, CPU refused), the prediction, and the training step and its timing on 
 through the same functions the GPU run uses."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_reference_profile_accepted():
 
 def test_gpu_calibrated_profile_accepted_and_cpu_profile_refused(gpu_calibration, tmp_path: Path):
     path = run_fit(gpu_calibration, quiet=True).profiles["profile.json"]
-    prof, label, _ = load_gpu_profile(str(path), "h200-sxm")
+    prof, _, _ = load_gpu_profile(str(path), "h200-sxm")
     ref = hardware_db.load_profile("h200-sxm")
     for strategy in ("ddp", "fsdp"):
         got, base = predict_gpu(spec(strategy, 8), prof), predict_gpu(spec(strategy, 8), ref)
@@ -93,7 +94,7 @@ def test_training_step_on_cpu_with_bf16_autocast():
     rec = timed_steps(rs, step, timer, False, torch.device("cpu"))
     assert timer.samples == 3 and timer.syncs == 1             # warm-up excluded, then synced
     assert len(rec["times"]) == 3 and all(t > 0 for t in rec["times"])
-    assert all(l == l and l > 0 for l in rec["losses"])          # finite, positive loss
+    assert all(math.isfinite(x) and x > 0 for x in rec["losses"])
     assert name.startswith("AdamW")
 
 
@@ -144,3 +145,11 @@ def test_ddp_and_fsdp_steps_run_over_gloo(tmp_path: Path):
     for rec in got.values():
         assert len(rec["times"]) == 2 and all(t > 0 for t in rec["times"])
         assert rec["losses"][1] < rec["losses"][0]              # one AdamW step learned
+
+
+def test_cpu_validate_run_refuses_a_gpu_profile_in_one_line(gpu_calibration, capsys):
+    from simulator.cli.main import main as cli_main
+    path = run_fit(gpu_calibration, quiet=True).profiles["profile.json"]
+    rc = cli_main(["validate-run", "--model", "tiny-2l-128", "--profile", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--device cuda" in err
