@@ -41,11 +41,13 @@ from .device import GPU_FLUSH_MIN_BYTES
 BENCH_ORDER = ("gemm", "memory", "attention", "collectives", "interference")
 WARMUP, REPEATS, MIN_SAMPLES = 3, 20, 5
 POINT_BUDGET_S = 0.25          # timing window of one compute point
+# Overheads of the estimate, assumed (not yet measured on a GPU host: compare the plan's
+# estimate with "calibration done in X s" of a real run and adjust):
 POINT_OVERHEAD_S = 0.05        # operands, cuBLAS heuristics, rewriting the Parquet file
 CALL_OVERHEAD_S = 20e-6        # Python and launch per timed call
 CUDA_INIT_S = 8.0              # CUDA context, cuBLAS / cuDNN handles, first kernels
-SETTLE_S = 15.0                # sustained GEMM before measuring (at most 5% of a budget)
 SPAWN_S, SPAWN_PER_RANK_S = 20.0, 1.5    # one mp.spawn of the ranks + NCCL init
+SETTLE_S = 15.0                # sustained GEMM before measuring (at most 5% of a budget)
 NCCL_WARMUP, NCCL_SAMPLES, NCCL_INNER_S = 5, 5, 0.02
 SAFETY = 0.9                   # plan to 90% of the budget: estimates are rooflines
 KIB, MIB, GIB = 1024, 1024 ** 2, 1024 ** 3
