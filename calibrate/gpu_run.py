@@ -69,12 +69,13 @@ def resolve_gpu(info: DeviceInfo | None, gpu: str | None) -> str:
     return key
 
 
-def stored_keys(out: Path) -> set[str]:
-    """Point keys already in ``OUT/measurements`` (any benchmark)."""
+def stored_keys(out: Path, device: str | None = None) -> set[str]:
+    """Point keys already in ``OUT/measurements`` (any benchmark; only rows measured on
+    ``device`` when given, as ``store.Store`` resumes only those)."""
     from .store import read_rows
     keys: set[str] = set()
     for path in sorted((Path(out) / "measurements").glob("*.parquet")):
-        keys |= {r["point"] for r in read_rows(path)}
+        keys |= {r["point"] for r in read_rows(path) if device in (None, r.get("device"))}
     return keys
 
 
@@ -91,7 +92,7 @@ def dry_run(out: Path, budget_s: float | None, gpu: str | None, gpus: int | None
         info = require_cuda()
     key = resolve_gpu(info, gpu)
     n = gpus if gpus is not None else len(info.gpus)
-    done = stored_keys(out) if Path(out).is_dir() else set()
+    done = stored_keys(out, info.key if info else None) if Path(out).is_dir() else set()
     return plan_lines(make_plan(target_for(key, n), _budget(budget_s), done))
 
 
@@ -123,7 +124,8 @@ def measure_gpu(out: Path, budget_s: float | None = None, gpu: str | None = None
     info = require_cuda()
     t0 = time.perf_counter()
     key = resolve_gpu(info, gpu)
-    plan = make_plan(target_for(key, len(info.gpus)), _budget(budget_s), stored_keys(out))
+    plan = make_plan(target_for(key, len(info.gpus)), _budget(budget_s),
+                     stored_keys(out, info.key))
     env = gpu_environment(info, key)
     if not quiet:
         print(describe(info), file=sys.stderr)
