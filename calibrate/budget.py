@@ -21,10 +21,13 @@ HBM bandwidth and launch cost, attention efficiency fwd/bwd, the two regimes of 
 collective model); tier 1 densifies those sweeps (more shapes and layouts, head_dim 64,
 other collectives, NVLS vs ring, interference), which is what the fits' held-out errors
 need; tier 2 adds what only sharpens a secondary coefficient (per-kernel-family memory
-efficiencies, fp16 and cuDNN attention, all-to-all). Points are taken tier by tier,
-round-robin across benchmark groups (each group listed in spread order: the ends of its
-range first, then bisections), while the estimated total stays within ``SAFETY`` x the
-budget. Points already stored count as free (a re-run resumes and goes further).
+efficiencies, fp16 and cuDNN attention, all-to-all). Points are taken tier by tier, in
+each the compute points round-robin across benchmark groups (each group listed in spread
+order: the ends of its range first, then bisections) before the collective ones, whose
+first point also pays the process spawn, while the estimated total stays within
+``SAFETY`` x the budget: tier 0 as a prefix (a larger budget never loses a tier-0 point),
+later tiers greedily. Points already stored count as free (a re-run resumes and goes
+further).
 """
 from __future__ import annotations
 
@@ -350,26 +353,43 @@ def _runs(points: Iterable[Point], done: frozenset[str] = frozenset()) -> set[st
             if p.bench in ("collectives", "interference") and p.key not in done}
 
 
+COMM = ("collectives", "interference")
+
+
+def selection_order(points: Sequence[Point]) -> list[list[Point]]:
+    """Tier by tier; in each, the compute points (round-robin across groups), then the
+    collective ones (they need a process spawn, worth it once the compute is covered)."""
+    out = []
+    for tier in sorted({p.tier for p in points}):
+        sel = [p for p in points if p.tier == tier]
+        out.append(_interleave(p for p in sel if p.bench not in COMM)
+                   + _interleave(p for p in sel if p.bench in COMM))
+    return out
+
+
 def make_plan(t: Target, budget_s: float | None = None,
               done: Iterable[str] = ()) -> GpuPlan:
-    """Every candidate point (no budget), or the most informative that fit ``budget_s``."""
+    """Every candidate point (no budget), or the most informative that fit ``budget_s``:
+    tier 0 as a prefix of ``selection_order`` (so a larger budget never loses a tier-0
+    point), then the later tiers greedily (each point that still fits)."""
     done = frozenset(done)
     fixed = {"cuda start-up": CUDA_INIT_S, "clock settle": settle_s_for(budget_s)}
     cands = candidate_points(t)
     if budget_s is None:
         chosen, left = cands, []
     else:
-        order = [p for tier in sorted({p.tier for p in cands})
-                 for p in _interleave(p for p in cands if p.tier == tier)]
         chosen, left, total = [], [], sum(fixed.values())
-        for p in order:
-            cost = 0.0 if p.key in done else p.est_s
-            cost += spawn_s(t) * len(_runs([p], done) - _runs(chosen, done))
-            if total + cost <= SAFETY * budget_s:
-                chosen.append(p)
-                total += cost
-            else:
-                left.append(p)
+        for i, tier in enumerate(selection_order(cands)):
+            blocked = False
+            for p in tier:
+                cost = 0.0 if p.key in done else p.est_s
+                cost += spawn_s(t) * len(_runs([p], done) - _runs(chosen, done))
+                blocked = blocked or (i == 0 and total + cost > SAFETY * budget_s)
+                if not blocked and total + cost <= SAFETY * budget_s:
+                    chosen.append(p)
+                    total += cost
+                else:
+                    left.append(p)
     for run in sorted(_runs(chosen, done)):
         fixed[f"nccl spawn ({run})"] = spawn_s(t)
     rank = {b: i for i, b in enumerate(BENCH_ORDER)}
