@@ -172,8 +172,12 @@ def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row]) -> Atten
         "out: fewer query tiles than SMs there, an occupancy loss the curve does not model")
     c["B200:flash:bwd"] = fit_curve(sweep(blackwell, "B200", "fa2", "bwd"),
                                     "B200 FlashAttention-2 bwd, flash-attention#1589")
-    c["B200:flash3:fwd"] = fit_curve(sweep(blackwell, "B200", "cudnn", "fwd"),
-                                     "B200 cuDNN fused attention fwd, flash-attention#2605")
+    c["B200:flash3:fwd"] = fit_curve(
+        sweep(blackwell, "B200", "cudnn", "fwd"),
+        "B200 cuDNN fused attention fwd, flash-attention#2605; head dim 128 has one point "
+        "(seq 1k), extrapolated with the shared s_half: its emax sits ~5% above the best "
+        "Blackwell attention kernel published (FA4, kernels_more.csv line 277: 1613 TF = 71.7% "
+        "of 2250), so hd-128 forward may be up to ~5% optimistic")
     g, gf = causal_eff(more, c["A100:flash:fb"])
     fits = {f"attn_{k.replace(':', '_')}": v.fit for k, v in c.items()}
     fits["attn_causal_eff"] = gf

@@ -356,8 +356,8 @@ def hopper_launch(refs: GemmRefs) -> Coefficient:
     return _family_coefs(refs.hopper, "h100-sxm", "")[2]
 
 
-def transferred(c: Coefficient, to: str) -> Coefficient:
-    return Coefficient(c.value, c.unit, f"transferred to {to} (no row for it): {c.source}",
+def transferred(c: Coefficient, to: str, why: str = "no row for it") -> Coefficient:
+    return Coefficient(c.value, c.unit, f"transferred to {to} ({why}): {c.source}",
                        c.stderr, None)
 
 
@@ -437,7 +437,7 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
     elif key == "mi300x":
         g = mi300x_gemm(refs)
     else:                                          # V100: no GEMM row at all
-        why = "V100 (no V100 GEMM microbenchmark row)"
+        why = "V100"
         return GemmModel(eff_max={"fp16": transferred(a100.eff_max["bf16"], why),
                                   "fp32": transferred(a100.eff_max["fp32"], why)},
                          k_half=transferred(a100.k_half, why), launch_us=a100.launch_us,
@@ -446,7 +446,7 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
                          grouped_eff=a100.grouped_eff)
     effs = dict(g.eff_max)
     for d in ("tf32", "fp32"):
-        effs[d] = transferred(a100.eff_max[d], f"{key} ({d}: only A100 rows)")
+        effs[d] = transferred(a100.eff_max[d], key, f"{d}: only A100 rows")
     return GemmModel(eff_max=effs, k_half=g.k_half, launch_us=g.launch_us, tile_m=g.tile_m,
                      tile_n=g.tile_n, tiles=g.tiles, persistent=g.persistent,
                      sustained_eff=g.sustained_eff, k_half_dtype=g.k_half_dtype,
@@ -456,4 +456,4 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
 def hopper_grouped(refs: GemmRefs, key: str) -> dict[str, Coefficient]:
     """The Hopper grouped-GEMM ratios, carried to a GPU with no grouped-GEMM row."""
     h = hopper_gemm("h100-sxm", refs).grouped_eff
-    return {d: transferred(c, f"{key} (no grouped-GEMM row for it)") for d, c in h.items()}
+    return {d: transferred(c, key, "no grouped-GEMM row for it") for d, c in h.items()}
