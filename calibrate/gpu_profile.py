@@ -231,7 +231,7 @@ def _marked(obj: Any, m: Measurements, bench: str) -> Any:
 
 
 def _compute(m: Measurements, gpu: GPUSpec, ref: Profile, prov: str, key: str):
-    from .reference import tile_for
+    from .reference_gemm import tile_for
     memory, fm = fit_memory_gpu(m.memory, gpu, prov)
     gemm, fg = fit_gemm_levels(m.gemm, gpu, gpu.mem_bw_gbytes_per_s * memory.bw_eff.value,
                                tile_for(key), prov)

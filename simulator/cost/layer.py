@@ -51,10 +51,12 @@ class PassCost:
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
     """Kernel time of a compute op (0 for collectives)."""
     if op.kind == OpKind.GEMM:
-        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch)
+        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch,
+                           grouped=op.grouped)
     if op.kind == OpKind.ATTENTION:
         return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
-                                op.kernel or "flash")
+                                op.kernel or "flash", seq_k=op.n, head_dim=op.k,
+                                causal=op.causal)
     if op.kind == OpKind.MEMORY:
         return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels, kind=op.mem_kind)
     return 0.0

@@ -1,10 +1,76 @@
-"""Validation report: signed error per row, per source and per GPU (Markdown + Parquet)."""
+"""Validation report: signed error per row, per source, per GPU and per regime (Markdown +
+Parquet)."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 
-from .predict import RowOutcome, outcome_columns, summary_line
+from ..errors import ComplexityError
+from .predict import RowOutcome, outcome_columns, row_model, summary_line
+
+# Regimes of issue 11, decided from the row's own columns (never from its error).
+SMALL_PARAMS = 3e9            # total parameters below this: kernels are short
+SMALL_WIDTH_PER_RANK = 1024   # or hidden / tp at most this
+LONG_CONTEXT_TOKENS = 16384   # sequence length from which a run is "long context"
+REGIMES = ("small kernels", "MoE", "long context", "FSDP", "DeepSpeed", "Blackwell")
+
+
+def _num(row: dict, key: str, default: float = 0.0) -> float:
+    try:
+        return float(row.get(key) or default)
+    except ValueError:
+        return default
+
+
+def regimes(row: dict) -> list[str]:
+    """Every regime a published run belongs to (possibly several, possibly none)."""
+    out = []
+    try:
+        m = row_model(row)
+        params, moe, hidden = m.total_params(), m.moe is not None, m.hidden
+    except (ComplexityError, KeyError, TypeError, ValueError):
+        params, moe, hidden = math.inf, bool(row.get("moe_experts")), _num(row, "hidden", 1e9)
+    if params < SMALL_PARAMS or hidden / max(1.0, _num(row, "tp", 1)) <= SMALL_WIDTH_PER_RANK:
+        out.append("small kernels")
+    if moe or _num(row, "moe_experts") > 0:
+        out.append("MoE")
+    if _num(row, "seq_len") >= LONG_CONTEXT_TOKENS or _num(row, "cp", 1) > 1:
+        out.append("long context")
+    fw = (row.get("framework") or "").lower()
+    if "fsdp" in fw or int(_num(row, "zero_stage")) == 3:
+        out.append("FSDP")
+    if "deepspeed" in fw:
+        out.append("DeepSpeed")
+    if (row.get("gpu") or "").lower().startswith(("b200", "gb200", "b300", "gb300")):
+        out.append("Blackwell")
+    return out
+
+
+def _regime_table(outcomes: list[RowOutcome]) -> list[str]:
+    groups: dict[str, list[float]] = {r: [] for r in REGIMES}
+    groups["none of these"] = []
+    for o in outcomes:
+        if o.error_pct is None:
+            continue
+        rs = regimes(o.row)
+        for r in rs or ["none of these"]:
+            groups[r].append(o.error_pct)
+    lines = ["## Error by regime", "",
+             "Regimes from the row's columns (a row can be in several): small kernels = "
+             f"< {SMALL_PARAMS / 1e9:g}B parameters or hidden/tp <= {SMALL_WIDTH_PER_RANK}; "
+             f"MoE = experts > 0; long context = seq >= {LONG_CONTEXT_TOKENS} or cp > 1; FSDP = "
+             "an FSDP framework or ZeRO-3; DeepSpeed = a DeepSpeed framework; Blackwell = "
+             "B200/GB200.", "",
+             "| regime | rows | MAPE % | mean signed % | min % | max % |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for g, errs in groups.items():
+        if not errs:
+            lines.append(f"| {g} | 0 | - | - | - | - |")
+            continue
+        n, mape, bias, lo, hi = _stats(errs)
+        lines.append(f"| {g} | {n} | {mape:.1f} | {bias:+.1f} | {lo:+.1f} | {hi:+.1f} |")
+    return lines + [""]
 
 TABLE_NAME = "uncertainty_table.json"
 PLOT_NAME = "reliability.png"
@@ -45,6 +111,7 @@ def markdown(outcomes: list[RowOutcome], learned=None, plot_name: str | None = N
              f"**Summary:** {summary_line(outcomes)}", ""]
     lines += _group_table("source", source_family, outcomes)
     lines += _group_table("gpu", lambda r: r.get("gpu", "?"), outcomes)
+    lines += _regime_table(outcomes)
     if learned is not None:
         from .coverage_report import coverage_markdown
         lines += coverage_markdown(learned, plot_name)
@@ -98,5 +165,6 @@ def write_report(outcomes: list[RowOutcome], out_dir: Path, learned=None) -> Pat
         cols["chosen"].append(o.chosen)
         cols["status"].append(o.status)
         cols["source_family"].append(source_family(o.row))
+        cols["regimes"].append(";".join(regimes(o.row)))
     pq.write_table(pa.table(dict(cols)), out_dir / "report.parquet")
     return md

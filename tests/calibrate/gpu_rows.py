@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from calibrate.budget import make_plan, target_for
 from calibrate.device import BenchDevice, WallTimer
-from calibrate.reference import tile_for
+from calibrate.reference_gemm import tile_for
 from simulator.cost.kernels import gemm_time_core_s, wave_efficiency
 from simulator.hardware.profile import Coefficient, LinkCoefficients
 from simulator.network.collectives import (
