@@ -28,6 +28,7 @@ from simulator.hardware.profile import (
 )
 
 from . import reference_links as L
+from . import reference_network as N
 from .csvrows import Row, cite, load_rows, select
 from .fit import FitResult, GemmPoint, fit_gemm
 from .profile_io import write_profile
@@ -454,7 +455,7 @@ NOTES = {
 
 
 def build_profile(key: str, kern: Sequence[Row], extra: Sequence[Row], coll: Sequence[Row],
-                  ref: GemmRef) -> tuple[Profile, dict]:
+                  ref: GemmRef, net: N.NetworkRef) -> tuple[Profile, dict]:
     gemm = gemm_for(key, kern, extra, ref)
     links, fits = links_for(key, coll)
     prof = Profile(
@@ -472,18 +473,20 @@ def build_profile(key: str, kern: Sequence[Row], extra: Sequence[Row], coll: Seq
         notes=" ".join(filter(None, [
             "Reference profile built from public microbenchmarks (hardware_db/data/"
             "measurements) and datasheets; coefficients say 'assumed' or 'transferred' where "
-            "no row exists for this GPU.", NOTES.get(key, "")])))
-    return prof, {**ref.fits, **fits}
+            "no row exists for this GPU.", NOTES.get(key, "")])),
+        network=N.network_for(key, coll, net))
+    return prof, {**ref.fits, **fits, "nvls_tree_latency": net.fit}
 
 
 def build_all(out_dir: Path = PROFILE_DIR) -> dict[str, tuple[Profile, dict]]:
     kern, coll = load_rows("kernels.csv"), load_rows("collectives.csv")
     extra = load_rows("kernels_extra.csv")
     ref = fit_a100_gemm(kern)
+    net = N.network_reference(coll, links_for("h100-sxm", coll)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     built = {}
     for key in GPU_KEYS:
-        prof, fits = build_profile(key, kern, extra, coll, ref)
+        prof, fits = build_profile(key, kern, extra, coll, ref, net)
         write_profile(prof, out_dir / f"{key}.json")
         built[key] = (prof, fits)
     return built

@@ -91,3 +91,25 @@ ATTENTION = {
                       "(~475 TF) used"),
     },
 }
+
+# NCCL's tuner constants (NVIDIA/nccl master 5067397 = 2.30.7, src/graph/tuning.cc; copies in
+# /work/scratch_net). Microseconds. They price collectives across nodes in
+# ``simulator.network.price`` (NetworkModel), as NCCL's own tuner prices them.
+NCCL_SRC = "NVIDIA/nccl 2.30.7 (master 5067397) src/graph/tuning.cc"
+NCCL_TUNING = {
+    "ll_base_us": (6.6, f"{NCCL_SRC} l.151: baseLatencies Ring LL"),
+    "simple_base_us": (8.4, f"{NCCL_SRC} l.151: baseLatencies Ring Simple"),
+    "ll_intra_step_us": (0.6, f"{NCCL_SRC} l.159: hwLatencies NVLINK Ring LL"),
+    "simple_intra_step_us": (3.4, f"{NCCL_SRC} l.159: hwLatencies NVLINK Ring Simple (above "
+                             "the 3 x 1.0 us x86 net overhead of l.406-409)"),
+    "ll_net_step_us": (2.7, f"{NCCL_SRC} l.171: hwLatencies NET Ring LL"),
+    "simple_net_step_us": (14.0, f"{NCCL_SRC} l.171: hwLatencies NET Ring/Tree Simple"),
+    "tree_eff": (0.92, f"{NCCL_SRC} l.331: tree all-reduce bus bandwidth x0.92"),
+    "ring_simple_factor": (1.4, f"{NCCL_SRC} l.647-650: multi-node Simple ring all-reduce "
+                           "latency x1.4 ('plateau effect of ring', sm >= 80)"),
+}
+# The reference fabric the network fits run on (DGX H100 class: 8 x NDR per node).
+NDR_GBYTES_PER_S = 50.0
+NDR_SRC = "links.csv 'InfiniBand NDR 4x (400 Gb/s)' 50 GB/s/dir (hardware_db links.json ib-ndr)"
+PCIE_GEN5_GBYTES_PER_S = 63.0
+LEAF_DOWN_PORTS, SWITCH_RADIX = 32, 64     # hardware_db/data/topology.json

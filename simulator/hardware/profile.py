@@ -103,6 +103,40 @@ class LinkCoefficients:
 
 
 @dataclass(frozen=True)
+class NetworkModel:
+    """Coefficients of the flow-level network model (``simulator.network``) for
+    collectives that span scale-up domains; single-domain collectives keep the
+    ``LinkCoefficients`` of the scale-up link.
+
+    Latency, NCCL's tuner form (``src/graph/tuning.cc``): a ring of ``s`` steps of which
+    ``s_net`` cross the network costs ``base + (s - s_net) * intra_step + s_net * net_step``
+    per protocol (LL for small messages, Simple for large ones), Simple multiplied by
+    ``ring_simple_factor`` across nodes; a double binary tree over ``k`` domains
+    ``base + 2 * ((m - 1) * intra_step + log2(k) * net_step)``; NVLSTree
+    ``nvls_tree_base_us + nvls_tree_level_us * log2(k)``; an all-to-all ``a2a_peer_us``
+    per peer. Efficiencies: ``nvls_eff`` of the scale-up port under NVLS (its bytes
+    ``S (1 + 1/m)`` per direction), ``sharp_eff`` of in-network reduction, ``pcie_eff`` of
+    the GPU-to-NIC PCIe hop. Network tiers (NIC, leaf, spine) use the NIC kind's
+    ``LinkCoefficients.bw_eff`` / ``small_bw_eff``.
+    """
+
+    ll_base_us: Coefficient
+    simple_base_us: Coefficient
+    ll_intra_step_us: Coefficient
+    simple_intra_step_us: Coefficient
+    ll_net_step_us: Coefficient
+    simple_net_step_us: Coefficient
+    ring_simple_factor: Coefficient
+    nvls_tree_base_us: Coefficient
+    nvls_tree_level_us: Coefficient
+    a2a_peer_us: Coefficient
+    sharp_eff: Coefficient
+    pcie_eff: Coefficient
+    nvls_eff: Coefficient | None = None
+    tree_eff: Coefficient | None = None
+
+
+@dataclass(frozen=True)
 class Profile:
     """Everything measured (or assumed, and said so) about one device type and its fabric."""
 
@@ -121,6 +155,7 @@ class Profile:
     # profile: the device description and the node it was measured in.
     device: GPUSpec | None = None
     node: NodeSpec | None = None
+    network: NetworkModel | None = None           # multi-domain collectives (None: alpha-beta)
 
     def link(self, kind: str) -> LinkCoefficients:
         if kind not in self.links:
@@ -220,7 +255,12 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
                    schema_version=int(d["schema_version"]),
                    fingerprint=dict(d.get("fingerprint", {})), notes=d.get("notes", ""),
                    device=GPUSpec(**d["device"]) if d.get("device") else None,
-                   node=_node_from_dict(d["node"]) if d.get("node") else None)
+                   node=_node_from_dict(d["node"]) if d.get("node") else None,
+                   network=_network_from_dict(d["network"]) if d.get("network") else None)
+
+
+def _network_from_dict(d: Mapping[str, Any]) -> NetworkModel:
+    return NetworkModel(**{k: _coef(v) if v else None for k, v in d.items()})
 
 
 def _link_from_dict(d: Mapping[str, Any]) -> LinkSpec:
