@@ -13,6 +13,7 @@ from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import layer_activation_bytes
 from ..network.collectives import Collective
+from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
 from ..workload.ops import (
@@ -68,7 +69,8 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
-    return {name: place_group(cluster, name, size, stride)
+    fab = fabric_of(cluster)
+    return {name: place_group(cluster, name, size, stride, fab)
             for name, (size, stride) in group_strides(plan).items()}
 
 

@@ -15,8 +15,8 @@ from ..cost.layer import group_collective_s, interference_s
 from ..frameworks import CONVENTIONS
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..network.collectives import Collective, collective_time_s
-from ..parallel.placement import GroupPlacement, stage_boundary_link
+from ..network.collectives import Collective
+from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
 from ..parallel.schedule import Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
@@ -138,11 +138,11 @@ def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpe
     """
     if plan.pp == 1:
         return 0.0
-    link = stage_boundary_link(cluster, plan)
+    pair = stage_boundary(cluster, plan, groups["pp"].fabric)
     tokens = plan.micro_batch * model.seq_len // plan.cp
     full = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
     sliced = plan.sequence_parallel or plan.pp_scatter_gather
-    t = collective_time_s(Collective.SEND_RECV, 2, full / plan.tp if sliced else full, link, prof)
+    t = group_collective_s(Collective.SEND_RECV, full / plan.tp if sliced else full, pair, prof)
     if plan.tp > 1 and plan.pp_scatter_gather and not plan.sequence_parallel:
         t += group_collective_s(Collective.ALL_GATHER, full, groups["tp"], prof)
     return t
