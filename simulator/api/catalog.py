@@ -76,7 +76,8 @@ class HardwareDbCatalog:
             gpn, nics, gbps = self.defaults
             self._clusters[choice] = make_cluster(
                 choice.gpu, choice.n_gpus, choice.gpus_per_node or gpn,
-                choice.nics_per_node or nics, choice.nic_gbps or gbps)
+                choice.nics_per_node or nics, choice.nic_gbps or gbps, node=choice.node,
+                oversubscription=choice.oversubscription, rail_optimized=choice.rail_optimized)
         return self._clusters[choice]
 
     def profile(self, gpu_key: str) -> Profile:

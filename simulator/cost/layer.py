@@ -28,6 +28,7 @@ class PassCost:
     flops: float = 0.0                                        # executed (hardware) FLOPs
     model_flops: float = 0.0
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
+    link_busy_s: dict[str, float] = field(default_factory=dict)  # fabric tier -> busy seconds
 
     @property
     def total_s(self) -> float:
@@ -42,6 +43,13 @@ class PassCost:
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
         for k, v in other.op_times.items():
             self.op_times[k] = self.op_times.get(k, 0.0) + times * v
+        for k, v in other.link_busy_s.items():
+            self.link_busy_s[k] = self.link_busy_s.get(k, 0.0) + times * v
+
+    def add_link_busy(self, cost: CollectiveCost) -> None:
+        """Count the seconds ``cost`` keeps each fabric tier busy."""
+        for tier, s in cost.tier_busy_s:
+            self.link_busy_s[tier] = self.link_busy_s.get(tier, 0.0) + s
 
 
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
@@ -89,7 +97,9 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.model_flops += op.model_flops
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
             continue
-        t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], prof)
+        cost = group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
+        t = cost.time_s
+        pc.add_link_busy(cost)
         hidden = 0.0
         if op.group == "cp" or (op.group == "tp" and tp_overlap):
             base = op.overlaps_with

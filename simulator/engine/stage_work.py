@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..cost.layer import PassCost, group_collective_s, interference_s, pass_cost
+from ..cost.layer import PassCost, group_collective, interference_s, pass_cost
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import layer_activation_bytes
@@ -189,8 +189,12 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather."""
     g = groups["dp"]
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
-    ag = group_collective_s(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
+    rs_cost = group_collective(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag, rs = ag_cost.time_s, rs_cost.time_s
+    fwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(rs_cost)
     first_layer = ag / max(1, n_layers)
     for pc, comm in ((fwd, ag), (bwd, ag + rs)):
         busy = pc.total_s
