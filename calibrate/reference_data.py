@@ -104,6 +104,10 @@ NCCL_TUNING = {
                              "the 3 x 1.0 us x86 net overhead of l.406-409)"),
     "ll_net_step_us": (2.7, f"{NCCL_SRC} l.171: hwLatencies NET Ring LL"),
     "simple_net_step_us": (14.0, f"{NCCL_SRC} l.171: hwLatencies NET Ring/Tree Simple"),
+    "tree_ll_base_us": (6.8, f"{NCCL_SRC} l.151: baseLatencies Tree LL"),
+    "tree_ll_net_step_us": (5.0, f"{NCCL_SRC} l.171: hwLatencies NET Tree LL (also a ring's "
+                            "network latency with one rank per node, l.386-387)"),
+    "tree_simple_intra_step_us": (4.0, f"{NCCL_SRC} l.159: hwLatencies NVLINK Tree Simple"),
     "tree_eff": (0.92, f"{NCCL_SRC} l.331: tree all-reduce bus bandwidth x0.92"),
     "ring_simple_factor": (1.4, f"{NCCL_SRC} l.647-650: multi-node Simple ring all-reduce "
                            "latency x1.4 ('plateau effect of ring', sm >= 80)"),

@@ -47,7 +47,7 @@ def reference_fabric(n_gpus: int, sharp: bool = False) -> Fabric:
 
 
 def _nccl() -> dict[str, Coefficient]:
-    unit = {"ring_simple_factor": "multiplier", "tree_eff": "fraction"}
+    unit = {"ring_simple_factor": "multiplier", "tree_eff": "fraction"}  # the rest are us
     return {name: Coefficient(v, unit.get(name, "us"), src) for name, (v, src) in NCCL_TUNING.items()}
 
 

@@ -112,7 +112,9 @@ class NetworkModel:
     ``s_net`` cross the network costs ``base + (s - s_net) * intra_step + s_net * net_step``
     per protocol (LL for small messages, Simple for large ones), Simple multiplied by
     ``ring_simple_factor`` across nodes; a double binary tree over ``k`` domains
-    ``base + 2 * ((m - 1) * intra_step + log2(k) * net_step)``; NVLSTree
+    ``base + 2 * ((m - 1) * intra_step + log2(k) * net_step)`` with the tree's own
+    ``tree_*`` constants where NCCL has them (also a ring's network step with one rank per
+    domain, as NCCL does); NVLSTree
     ``nvls_tree_base_us + nvls_tree_level_us * log2(k)``; an all-to-all ``a2a_peer_us``
     per peer. Efficiencies: ``nvls_eff`` of the scale-up port under NVLS (its bytes
     ``S (1 + 1/m)`` per direction), ``sharp_eff`` of in-network reduction, ``pcie_eff`` of
@@ -134,6 +136,9 @@ class NetworkModel:
     pcie_eff: Coefficient
     nvls_eff: Coefficient | None = None
     tree_eff: Coefficient | None = None
+    tree_ll_base_us: Coefficient | None = None
+    tree_ll_net_step_us: Coefficient | None = None
+    tree_simple_intra_step_us: Coefficient | None = None
 
 
 @dataclass(frozen=True)

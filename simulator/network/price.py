@@ -330,6 +330,10 @@ def _latency_s(ph: Phase, proto: str, c: Coefs, fabric: Fabric) -> float:
     return _nccl_latency_us(ph, proto, c.model, steps, net_steps) * 1e-6
 
 
+def _or(c, default: float) -> float:
+    return default if c is None else c.value
+
+
 def _alpha_beta_latency_s(lc: LinkCoefficients, steps: int, hop_us: float, proto: str) -> float:
     """The latency terms of ``collectives.alpha_beta_time_s``: ``steps * (alpha + hop)``
     (LL) or ``base + steps * hop`` (Simple)."""
@@ -344,6 +348,12 @@ def _nccl_latency_us(ph: Phase, proto: str, M: NetworkModel, steps: int, net_ste
     base = (M.ll_base_us if ll else M.simple_base_us).value
     intra = (M.ll_intra_step_us if ll else M.simple_intra_step_us).value
     net = (M.ll_net_step_us if ll else M.simple_net_step_us).value
+    tree_net = _or(M.tree_ll_net_step_us, net) if ll else net
+    if ph.algo == Algo.TREE or (ph.algo == Algo.RING and ph.m == 1):
+        net = tree_net                  # NCCL: with one rank per node, the tree's network latency
+    if ph.algo == Algo.TREE:
+        base = _or(M.tree_ll_base_us, base) if ll else base
+        intra = intra if ll else _or(M.tree_simple_intra_step_us, intra)
     if ph.algo == Algo.RING:
         lat = base + (steps - net_steps) * intra + net_steps * net
         return lat * (M.ring_simple_factor.value if ph.ar and not ll else 1.0)
