@@ -41,7 +41,7 @@ from .flows import (
 )
 from .maxmin import fair_rates
 
-LL, SIMPLE = "LL", "Simple"
+LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 NVLS_REF_GPUS = 8   # fallback only: in_switch_speedup was measured on 8-GPU nodes
 
 
@@ -181,11 +181,18 @@ def _algorithm_cost(op, size, shape, fabric, c, algo, background) -> CollectiveC
 
 
 # ---- one phase -----------------------------------------------------------------------------
-def _protocols(ph: Phase, fabric: Fabric) -> tuple[str, ...]:
+def _protocols(ph: Phase, fabric: Fabric, c: Coefs) -> tuple[str, ...]:
     """NCCL runs NVLSTree, CollNet (SHARP) and network all-to-all on Simple only, and
-    nothing but Simple over a transport without LL (``Fabric.net_ll``: EFA)."""
-    if ph.k > 1 and (ph.algo in (Algo.NVLS_TREE, Algo.SHARP, Algo.PAIRWISE) or not fabric.net_ll):
+    nothing but Simple over a transport without LL / LL128 (``Fabric.net_ll``: EFA); LL128
+    (on by default for NVLink nodes with GPU and NIC under one PCIe switch, tuning.cc
+    l.518-531) for rings and trees across domains. Inside one domain the scale-up link's
+    two fitted regimes stand for whatever NCCL chose there."""
+    if ph.k == 1:
+        return (LL, SIMPLE)
+    if ph.algo in (Algo.NVLS_TREE, Algo.SHARP, Algo.PAIRWISE) or not fabric.net_ll:
         return (SIMPLE,)
+    if ph.algo in (Algo.RING, Algo.TREE) and c.model is not None:
+        return (LL, LL128, SIMPLE)
     return (LL, SIMPLE)
 
 
@@ -193,7 +200,7 @@ def _phase(ph: Phase, shape: GroupShape, fabric: Fabric, c: Coefs, background):
     """(time, protocol, bandwidth time, bottleneck, busy seconds per tier) of the faster
     protocol."""
     best = None
-    for proto in _protocols(ph, fabric):
+    for proto in _protocols(ph, fabric, c):
         caps = _capacities(fabric, c, proto)
         if ph.algo == Algo.PAIRWISE and ph.k > 1:
             bw_s, busy = _a2a_rounds_s(ph, shape, fabric, caps, background)
@@ -213,18 +220,20 @@ def _algo_scale(ph: Phase, c: Coefs) -> float:
         return 1.0
     if ph.algo == Algo.SHARP:
         return 1.0 / m.sharp_eff.value
-    if ph.algo == Algo.TREE and ph.k > 1 and m.tree_eff is not None:
+    if ph.algo == Algo.TREE and ph.k > 1:
         return 1.0 / m.tree_eff.value
     return 1.0
 
 
 def _capacities(fabric: Fabric, c: Coefs, proto: str) -> dict[Tier, float]:
     """Bytes/s each tier's link carries under ``proto`` (capacity x efficiency)."""
+    ll128 = c.model.ll128_eff.value if proto == LL128 and c.model is not None else 1.0
+
     def eff(lc: LinkCoefficients | None) -> float:
         if lc is None:
             raise CalibrationMissingError(
                 f"profile has no collective coefficients for {fabric.nic_kind!r} links")
-        return (lc.small_bw_eff if proto == LL else lc.bw_eff).value
+        return (lc.small_bw_eff if proto == LL else lc.bw_eff).value * ll128
     out = {}
     for tier in fabric.tiers:
         if tier == Tier.SCALE_UP:
@@ -330,10 +339,6 @@ def _latency_s(ph: Phase, proto: str, c: Coefs, fabric: Fabric) -> float:
     return _nccl_latency_us(ph, proto, c.model, steps, net_steps) * 1e-6
 
 
-def _or(c, default: float) -> float:
-    return default if c is None else c.value
-
-
 def _alpha_beta_latency_s(lc: LinkCoefficients, steps: int, hop_us: float, proto: str) -> float:
     """The latency terms of ``collectives.alpha_beta_time_s``: ``steps * (alpha + hop)``
     (LL) or ``base + steps * hop`` (Simple)."""
@@ -344,28 +349,25 @@ def _alpha_beta_latency_s(lc: LinkCoefficients, steps: int, hop_us: float, proto
 
 def _nccl_latency_us(ph: Phase, proto: str, M: NetworkModel, steps: int, net_steps: int) -> float:
     """NCCL's tuner latencies (``NetworkModel`` docstring) for a phase across domains."""
-    ll = proto == LL
-    base = (M.ll_base_us if ll else M.simple_base_us).value
-    intra = (M.ll_intra_step_us if ll else M.simple_intra_step_us).value
-    net = (M.ll_net_step_us if ll else M.simple_net_step_us).value
-    tree_net = _or(M.tree_ll_net_step_us, net) if ll else net
-    if ph.algo == Algo.TREE or (ph.algo == Algo.RING and ph.m == 1):
-        net = tree_net                  # NCCL: with one rank per node, the tree's network latency
-    if ph.algo == Algo.TREE:
-        base = _or(M.tree_ll_base_us, base) if ll else base
-        intra = intra if ll else _or(M.tree_simple_intra_step_us, intra)
-    if ph.algo == Algo.RING:
-        lat = base + (steps - net_steps) * intra + net_steps * net
-        return lat * (M.ring_simple_factor.value if ph.ar and not ll else 1.0)
-    if ph.algo == Algo.TREE:
-        return base + 2 * ((ph.m - 1) * intra + log2(ph.k) * net)
+    if ph.algo in (Algo.RING, Algo.TREE):
+        lat = M.latency(ph.algo.value, proto)
+        base, intra, net = lat.base_us.value, lat.intra_step_us.value, lat.net_step_us.value
+        if ph.algo == Algo.TREE:
+            return base + 2 * ((ph.m - 1) * intra + log2(ph.k) * net)
+        if ph.m == 1:                       # one rank per node: the tree's network latency
+            net = M.latency("tree", proto).net_step_us.value
+        floor = M.net_overhead_us.value * (3 if proto == SIMPLE else 1)
+        total = base + (steps - net_steps) * max(intra, floor) + net_steps * net
+        return total * (M.ring_simple_factor.value if ph.ar and proto == SIMPLE else 1.0)
+    simple = M.latency("ring", SIMPLE)
     if ph.algo == Algo.NVLS_TREE:
         return M.nvls_tree_base_us.value + M.nvls_tree_level_us.value * log2(ph.k)
     if ph.algo == Algo.SHARP:
-        return M.nvls_tree_base_us.value + 2 * net
+        return M.nvls_tree_base_us.value + 2 * simple.net_step_us.value
     if ph.algo == Algo.PAIRWISE:
-        return base + (ph.n - 1) * M.a2a_peer_us.value
-    return base + net
+        return simple.base_us.value + (ph.n - 1) * M.a2a_peer_us.value
+    lat = M.latency("ring", proto)
+    return lat.base_us.value + lat.net_step_us.value
 
 
 def cluster_collective(cluster: ClusterSpec, op: Collective | str, size_bytes: float,
