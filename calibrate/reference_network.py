@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from simulator.hardware.profile import Coefficient, LinkCoefficients, NetworkModel
+from simulator.hardware.profile import Coefficient, LinkCoefficients, NetworkModel, StepLatency
 from simulator.network.collectives import Collective
 from simulator.network.fabric import Fabric, group_shape
 from simulator.network.flows import Algo
@@ -25,6 +25,8 @@ from .fit import FitResult, _Spec, busbw_to_time_s, robust_fit
 from .reference_data import (
     DATASHEET,
     LEAF_DOWN_PORTS,
+    NCCL_LATENCY,
+    NCCL_SRC,
     NCCL_TUNING,
     NDR_GBYTES_PER_S,
     NDR_SRC,
@@ -46,14 +48,22 @@ def reference_fabric(n_gpus: int, sharp: bool = False) -> Fabric:
                   scale_up_latency_us=0.6, nic_latency_us=2.7)
 
 
-def _nccl() -> dict[str, Coefficient]:
-    unit = {"ring_simple_factor": "multiplier", "tree_eff": "fraction"}  # the rest are us
-    return {name: Coefficient(v, unit.get(name, "us"), src) for name, (v, src) in NCCL_TUNING.items()}
+def _nccl() -> dict:
+    unit = {"ring_simple_factor": "multiplier", "tree_eff": "fraction", "ll128_eff": "fraction"}
+    out: dict = {name: Coefficient(v, unit.get(name, "us"), src)
+                 for name, (v, src) in NCCL_TUNING.items()}
+    for (alg, proto), (base, intra, net) in NCCL_LATENCY.items():
+        what = f"{NCCL_SRC}: {alg.capitalize()} {proto}"
+        out[f"{alg}_{proto.lower()}"] = StepLatency(
+            Coefficient(base, "us", f"{what} baseLatencies (l.151)"),
+            Coefficient(intra, "us", f"{what} hwLatencies NVLINK (l.159)"),
+            Coefficient(net, "us", f"{what} hwLatencies NET (l.171)"))
+    return out
 
 
 A2A_PEER = Coefficient(
-    NCCL_TUNING["ll_net_step_us"][0], "us",
-    "NCCL's network hop latency (" + NCCL_TUNING["ll_net_step_us"][1] + ") per peer of a "
+    NCCL_LATENCY[("ring", "LL")][2], "us",
+    "NCCL's network hop latency (" + NCCL_SRC + " l.171: hwLatencies NET Ring LL) per peer of a "
     "pairwise all-to-all, not fitted; held-out check: collectives_more.csv line 42 (8 nodes x "
     "8 H800, 8 MiB, 337.8 us) is predicted within 5 % (tests/simulator/network)")
 PCIE_EFF = Coefficient(
