@@ -27,6 +27,7 @@ from simulator.hardware.profile import (
 )
 
 from . import reference_links as L
+from . import reference_network as N
 from .csvrows import Row, cite, load_rows, select
 from .profile_io import write_profile
 from .reference_data import ATTENTION, LAUNCH_SRC, LAUNCH_US
@@ -147,7 +148,8 @@ NOTES = {
 
 
 def build_profile(key: str, kern: Sequence[Row], coll: Sequence[Row],
-                  refs: GemmRefs, attn: AttentionRefs) -> tuple[Profile, dict]:
+                  refs: GemmRefs, attn: AttentionRefs, net: N.NetworkRef
+                  ) -> tuple[Profile, dict]:
     gemm = gemm_for(key, refs)
     a100_bf16 = gemm_for("a100-sxm-80gb", refs).eff_max["bf16"].value
     links, fits = links_for(key, coll)
@@ -166,8 +168,9 @@ def build_profile(key: str, kern: Sequence[Row], coll: Sequence[Row],
         notes=" ".join(filter(None, [
             "Reference profile built from public microbenchmarks (hardware_db/data/"
             "measurements) and datasheets; coefficients say 'assumed' or 'transferred' where "
-            "no row exists for this GPU.", NOTES.get(key, "")])))
-    return prof, {**refs.fits, **attn.fits, **fits}
+            "no row exists for this GPU.", NOTES.get(key, "")])),
+        network=N.network_for(key, coll, net))
+    return prof, {**refs.fits, **attn.fits, **fits, "nvls_tree_latency": net.fit}
 
 
 def build_all(out_dir: Path = PROFILE_DIR) -> dict[str, tuple[Profile, dict]]:
@@ -175,10 +178,11 @@ def build_all(out_dir: Path = PROFILE_DIR) -> dict[str, tuple[Profile, dict]]:
     more = load_rows("kernels_more.csv")
     refs = build_refs(kern, load_rows("kernels_extra.csv"), more)
     attn = build_attention_refs(more, load_rows("attention_blackwell.csv"))
+    net = N.network_reference(coll, links_for("h100-sxm", coll)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     built = {}
     for key in GPU_KEYS:
-        prof, fits = build_profile(key, kern, coll, refs, attn)
+        prof, fits = build_profile(key, kern, coll, refs, attn, net)
         write_profile(prof, out_dir / f"{key}.json")
         built[key] = (prof, fits)
     return built

@@ -29,6 +29,7 @@ from ..validation.predict import (
     write_rows,
 )
 from ..workload import resolve_model
+from .collective import add_fabric_args, fabric_kwargs
 from .registry import command
 
 # ---- hardware (the CLI is the one simulator module allowed to load hardware_db) -----------
@@ -48,8 +49,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic-kind", help="infiniband, roce, omnipath, ethernet")
     p.add_argument("--scale-up", help="intra-node link key, e.g. nvlink4, nvlink5-nvl72")
     p.add_argument("--node", help="node preset, e.g. dgx-h100, gb200-nvl72 (see `complexity list nodes`)")
-    p.add_argument("--oversubscription", type=float, default=1.0,
-                   help="fat-tree spine oversubscription (1 = full bisection)")
+    add_fabric_args(p)
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         p.add_argument(f"--{k}", type=int, default=None if k == "dp" else 1)
     p.add_argument("--micro-batch", type=int, default=1)
@@ -110,7 +110,7 @@ def run_simulate(a: argparse.Namespace) -> int:
     a.precision = a.precision or "bf16"
     model = resolve_model(a.model, a.seq_len)
     cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
-                           a.nic_kind, a.scale_up, a.node, a.oversubscription)
+                           a.nic_kind, a.scale_up, a.node, a.oversubscription, **fabric_kwargs(a))
     prof = load_profile_for(cluster.gpu.key, a.profile)
     plan = plan_from_args(a, cluster.n_gpus)
     res = simulate(model, plan, cluster, prof, engine=a.engine, keep_timeline=bool(a.trace))

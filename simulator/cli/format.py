@@ -125,14 +125,14 @@ def format_plan_answer(answer: Mapping[str, Any], model: TransformerSpec) -> str
 
 def format_compare(rows: Sequence[Any], model: TransformerSpec, tokens: float, pue: float) -> str:
     lines = [f"compare  {model.name}, {tokens:.3g} tokens, PUE {pue:g}", "",
-             f"{'hardware':28s} {'tokens/s':>12} {'days':>8} {'80% days':>15} {'cost':>12} "
+             f"{'hardware':34s} {'tokens/s':>12} {'days':>8} {'80% days':>15} {'cost':>12} "
              f"{'80% cost':>21} {'MWh':>8} {'MFU%':>5} {'free%':>6}  limiting resource / plan"]
     for r in rows:
         if r.estimate is None:
-            lines.append(f"{r.choice.label:28s} {r.note}")
+            lines.append(f"{r.choice.label:34s} {r.note}")
             continue
         e, p = r.estimate, r.estimate.plan
-        lines.append(f"{r.choice.label:28s} {e.tokens_per_s:12,.0f} {e.days:8.2f} "
+        lines.append(f"{r.choice.label:34s} {e.tokens_per_s:12,.0f} {e.days:8.2f} "
                      f"{_span2(e.interval(e.days), lambda v: f'{v:.2f}'):>15} "
                      f"{_money(e.cost_usd):>12} "
                      f"{_span2(e.interval(e.cost_usd) if e.cost_usd else None, _money):>21} "

@@ -65,6 +65,10 @@ class Result:
     sim_wall_s: float = 0.0
     timeline: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
     notes: list[str] = field(default_factory=list)
+    # seconds per step each fabric tier ("scale-up", "pcie", "nic", "leaf-spine",
+    # "spine-core") is busy for one rank of the critical stage, and the busiest one
+    link_busy_s: dict[str, float] = field(default_factory=dict)
+    busiest_link: str = ""
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         d = asdict(self)

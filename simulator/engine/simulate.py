@@ -15,6 +15,7 @@ from ..parallel.plan import Plan, validate
 from ..parallel.schedule import in_flight_microbatches
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
+from .network_use import with_link_use
 from .result import Breakdown, Result, StageReport
 from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
@@ -42,8 +43,9 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     else:
         step, crit, bd, busy, timeline = _analytic_step(stages, plan, cluster, profile, groups)
     step += profile.step_overhead_s.value
-    return _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
-                   time.perf_counter() - t0, timeline if keep_timeline else [])
+    res = _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
+                  time.perf_counter() - t0, timeline if keep_timeline else [])
+    return with_link_use(res, stages[crit], model, plan, cluster, profile, groups)
 
 
 # ---- memory ---------------------------------------------------------------------------------

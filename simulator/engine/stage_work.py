@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..cost.layer import PassCost, group_collective_s, interference_s, pass_cost
+from ..cost.layer import PassCost, group_collective, interference_s, pass_cost
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import layer_activation_bytes
 from ..network.collectives import Collective
+from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
 from ..workload.ops import (
@@ -68,7 +69,8 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
-    return {name: place_group(cluster, name, size, stride)
+    fab = fabric_of(cluster)
+    return {name: place_group(cluster, name, size, stride, fab)
             for name, (size, stride) in group_strides(plan).items()}
 
 
@@ -187,8 +189,12 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather."""
     g = groups["dp"]
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
-    ag = group_collective_s(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
+    rs_cost = group_collective(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag, rs = ag_cost.time_s, rs_cost.time_s
+    fwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(rs_cost)
     first_layer = ag / max(1, n_layers)
     for pc, comm in ((fwd, ag), (bwd, ag + rs)):
         busy = pc.total_s

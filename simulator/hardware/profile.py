@@ -184,6 +184,58 @@ class LinkCoefficients:
 
 
 @dataclass(frozen=True)
+class StepLatency:
+    """NCCL's latency terms for one (algorithm, protocol): a fixed ``base_us`` plus a cost
+    per pipeline step inside a scale-up domain and per step across the network."""
+
+    base_us: Coefficient
+    intra_step_us: Coefficient
+    net_step_us: Coefficient
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Coefficients of the flow-level network model (``simulator.network``) for
+    collectives that span scale-up domains; single-domain collectives keep the
+    ``LinkCoefficients`` of the scale-up link.
+
+    Latency, NCCL's tuner form (``src/graph/tuning.cc``), per protocol - LL (small
+    messages), LL128, Simple (large): a ring of ``s`` steps of which ``s_net`` cross the
+    network costs ``base + (s - s_net) * max(intra_step, net_overhead) + s_net * net_step``
+    (``net_overhead`` x3 under Simple; all-reduce under Simple x ``ring_simple_factor``; with
+    one rank per domain the tree's network step, as NCCL does); a double binary tree over
+    ``k`` domains ``base + 2 * ((m - 1) * intra_step + log2(k) * net_step)``; NVLSTree
+    ``nvls_tree_base_us + nvls_tree_level_us * log2(k)``; an all-to-all ``a2a_peer_us`` per
+    peer. Efficiencies: LL128 moves ``ll128_eff`` payload per byte (LL: the links'
+    ``small_bw_eff``); ``tree_eff`` of NCCL's tree across domains; ``nvls_eff`` of the
+    scale-up port under NVLS (its bytes ``S (1 + 1/m)`` per direction); ``sharp_eff`` of
+    in-network reduction; ``pcie_eff`` of the GPU-to-NIC PCIe hop. Network tiers (NIC,
+    leaf, spine) use the NIC kind's ``LinkCoefficients.bw_eff`` / ``small_bw_eff``.
+    """
+
+    ring_ll: StepLatency
+    ring_ll128: StepLatency
+    ring_simple: StepLatency
+    tree_ll: StepLatency
+    tree_ll128: StepLatency
+    tree_simple: StepLatency
+    net_overhead_us: Coefficient
+    ring_simple_factor: Coefficient
+    ll128_eff: Coefficient
+    tree_eff: Coefficient
+    nvls_tree_base_us: Coefficient
+    nvls_tree_level_us: Coefficient
+    a2a_peer_us: Coefficient
+    sharp_eff: Coefficient
+    pcie_eff: Coefficient
+    nvls_eff: Coefficient | None = None
+
+    def latency(self, algorithm: str, protocol: str) -> StepLatency:
+        """``algorithm`` "ring" or "tree", ``protocol`` "LL", "LL128" or "Simple"."""
+        return getattr(self, f"{algorithm}_{protocol.lower()}")
+
+
+@dataclass(frozen=True)
 class Profile:
     """Everything measured (or assumed, and said so) about one device type and its fabric."""
 
@@ -202,6 +254,7 @@ class Profile:
     # profile: the device description and the node it was measured in.
     device: GPUSpec | None = None
     node: NodeSpec | None = None
+    network: NetworkModel | None = None           # multi-domain collectives (None: alpha-beta)
 
     def link(self, kind: str) -> LinkCoefficients:
         if kind not in self.links:
@@ -327,7 +380,18 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
                    schema_version=int(d["schema_version"]),
                    fingerprint=dict(d.get("fingerprint", {})), notes=d.get("notes", ""),
                    device=GPUSpec(**d["device"]) if d.get("device") else None,
-                   node=_node_from_dict(d["node"]) if d.get("node") else None)
+                   node=_node_from_dict(d["node"]) if d.get("node") else None,
+                   network=_network_from_dict(d["network"]) if d.get("network") else None)
+
+
+def _network_from_dict(d: Mapping[str, Any]) -> NetworkModel:
+    def one(v: Any) -> Any:
+        if not v:
+            return None
+        if "value" in v:
+            return _coef(v)
+        return StepLatency(**{k: _coef(x) for k, x in v.items()})
+    return NetworkModel(**{k: one(v) for k, v in d.items()})
 
 
 def _link_from_dict(d: Mapping[str, Any]) -> LinkSpec:

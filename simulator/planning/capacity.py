@@ -44,13 +44,17 @@ SECONDS_PER_DAY = 86400.0
 
 @dataclass(frozen=True)
 class HardwareChoice:
-    """A cluster to price: GPU key, count, and optional NIC / node overrides."""
+    """A cluster to price: GPU key, count, and optional NIC / node / fabric overrides
+    (``oversubscription`` of the leaf uplinks, ``rail_optimized``, ``node`` preset)."""
 
     gpu: str
     n_gpus: int
     nic_gbps: float | None = None
     nics_per_node: int | None = None
     gpus_per_node: int | None = None
+    oversubscription: float = 1.0
+    rail_optimized: bool = True
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_gpus, bool) or not isinstance(self.n_gpus, int) or self.n_gpus < 1:
@@ -63,6 +67,12 @@ class HardwareChoice:
             s += f"@{self.nic_gbps:g}G"
         if self.nics_per_node:
             s += f"/{self.nics_per_node}nic"
+        if self.node:
+            s += f" {self.node}"
+        if self.oversubscription != 1.0:
+            s += f" {self.oversubscription:g}:1"
+        if not self.rail_optimized:
+            s += " no-rail"
         return s
 
 
@@ -340,8 +350,11 @@ class ComparisonRow:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"hardware": self.choice.label, "gpu": self.choice.gpu,
-                             "n_gpus": self.choice.n_gpus, "nic_gbps": self.choice.nic_gbps,
+        ch = self.choice
+        d: dict[str, Any] = {"hardware": ch.label, "gpu": ch.gpu, "n_gpus": ch.n_gpus,
+                             "nic_gbps": ch.nic_gbps, "nics_per_node": ch.nics_per_node,
+                             "oversubscription": ch.oversubscription,
+                             "rail_optimized": ch.rail_optimized, "node": ch.node,
                              "limiting_resource": self.limiting.value if self.limiting else None,
                              "note": self.note}
         if self.estimate is not None:

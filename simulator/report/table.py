@@ -37,6 +37,10 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
     for k, v in r.breakdown.as_dict().items():
         if abs(v) > 1e-9:
             lines.append(f"  {k:14s} {v:10.3f} s  {100 * v / r.step_time_s:5.1f} %")
+    if r.busiest_link:
+        busy = ", ".join(f"{k} {v:.3f} s" for k, v in r.link_busy_s.items())
+        lines.append(f"  network: busiest link class {r.busiest_link} (busy per step, one rank: "
+                     f"{busy})")
     lines += ["", "memory per stage (peak, one rank):",
               "  stage layers    weights      grads  optimizer activations  workspace      total"]
     for s in r.stages:

@@ -30,10 +30,11 @@ def _sha(text: str) -> str:
 
 
 def cluster_inputs(cluster: ClusterSpec) -> dict[str, Any]:
-    """The cluster's defining facts (the topology graph is derived from them)."""
-    return {"gpu": asdict(cluster.gpu), "node": asdict(cluster.node), "n_gpus": cluster.n_gpus,
-            "rail_optimized": cluster.rail_optimized,
-            "oversubscription": cluster.oversubscription}
+    """The cluster's defining facts, fabric included (an optional topology graph is derived
+    from them)."""
+    skip = ("gpu", "node", "graph")
+    return {"gpu": asdict(cluster.gpu), "node": asdict(cluster.node),
+            **{f.name: getattr(cluster, f.name) for f in fields(cluster) if f.name not in skip}}
 
 
 def inputs_record(model: TransformerSpec, cluster: ClusterSpec, profile: Profile) -> dict[str, Any]:
