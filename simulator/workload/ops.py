@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..frameworks import CONVENTIONS
+from ..frameworks import CONVENTIONS, LOSS_BYTES
 from ..network.collectives import Collective
 from .spec import MLP, TransformerSpec
 
@@ -67,6 +67,10 @@ class LayerShape:
     attention_kernel: str = "flash"          # "flash" (FA2-class) or "flash3" (FA3 / cuDNN)
     causal: bool = True
     dropout: bool = True
+    # memory accounting only (no effect on time): the cross-entropy implementation
+    # (``frameworks.LOSS_BYTES``) and whether SwiGLU is one function saving its input
+    loss: str = "megatron"
+    fused_swiglu: bool = True
 
     @property
     def act_bytes(self) -> int:
@@ -177,22 +181,29 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
         # selective recompute (Megatron --recompute-granularity selective) re-runs the core
         # attention forward in backward even with a fused kernel
         executed = full * (0.5 + 0.5 / max(1, s_k // 128)) if sh.causal else full
-        out_saved = b * s_q * heads * d * ab + b * heads * s_q * 4   # output + logsumexp
+        out_bytes, lse_bytes = b * s_q * heads * d * ab, b * heads * s_q * 4
+        # The kernel keeps its output and logsumexp; the output is the same tensor the
+        # output projection saves as its input (charged there), unless that GEMM keeps an
+        # FP8 copy instead (Transformer Engine), when both exist.
+        saved = lse_bytes + (out_bytes if sh.dtype == "fp8" else 0.0)
         ops.append(Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
-                      bytes_moved=qkv_saved + out_saved, dtype=sh.dtype,
-                      saved_bytes=out_saved, kernel=sh.attention_kernel, recomputed=True))
+                      bytes_moved=qkv_saved + out_bytes + lse_bytes, dtype=sh.dtype,
+                      saved_bytes=saved, kernel=sh.attention_kernel, recomputed=True))
         return ops
     batch, scores = b * heads, b * heads * s_q * s_k
     dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
     sh16 = replace(sh, dtype=dt)
     # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output
     ops.append(_gemm("qk", s_q, s_k, d, sh16, batch=batch, recomputed=True))
+    # softmax keeps its output; with dropout, the dropout keeps its 1-byte mask and AV
+    # keeps the dropped-out probabilities (without dropout AV reuses the softmax output)
     ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True,
                     kind="softmax"))
     if sh.dropout:
-        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
+        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * 1.0,
                         recomputed=True))
-    ops.append(_gemm("av", s_q, d, s_k, sh16, batch=batch, recomputed=True))
+    av = _gemm("av", s_q, d, s_k, sh16, batch=batch, recomputed=True)
+    ops.append(replace(av, saved_bytes=scores * ab) if sh.dropout else av)
     return ops
 
 
@@ -212,7 +223,11 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     rows = -(-T // groups)
     ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
     act_in, act_out = T * up_n, T * f
-    ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab))
+    # a fused SwiGLU (Megatron's SwiGLUFunction, TE) saves its input only; eager
+    # silu(a) * b also keeps silu(a) for the product's backward
+    eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
+    ops.append(_mem(f"{name}_act", act_in, act_out, sh,
+                    saved=(act_in + (act_out if eager_glu else 0)) * ab))
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
     return ops
 
@@ -268,7 +283,10 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
                          group_rows * h * ab, "experts_fc2"))
     if sh.ep > 1:
         ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", routed * h * ab))
-    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh))
+    # the combine weights each expert output by its routing probability, so it keeps the
+    # expert outputs (and the probabilities) for the gradient of the probabilities
+    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh,
+                    saved=routed * h * ab + routed * 4))
     return ops
 
 
@@ -294,15 +312,27 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     # first and last layers in higher precision).
     head_sh = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
     ops.append(_gemm("logits", T, v, h, head_sh, saved=Ts * h * ab))
-    # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per logit
-    # counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). The softmax is
-    # kept for backward (fp32).
+    # Time: vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per
+    # logit counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). Memory:
+    # what the run's loss implementation keeps (frameworks.LOSS_BYTES).
     elems, ce = T * v, CONVENTIONS.cross_entropy
+    saved = LOSS_BYTES[sh.loss].saved(logit_bytes(sh)) * elems
     ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=ce.fwd_bytes_per_logit * elems,
-                  dtype=sh.dtype, saved_bytes=ce.saved_bytes_per_logit * elems,
+                  dtype=sh.dtype, saved_bytes=saved,
                   kernels=ce.kernels, bwd_bytes=ce.bwd_bytes_per_logit * elems,
                   mem_kind="softmax"))
     return ops
+
+
+def logit_bytes(sh: LayerShape) -> int:
+    """Bytes per logit of the output layer's result (16-bit, also under FP8; fp32 models 4)."""
+    return sh.act_bytes
+
+
+def loss_transient_bytes(m: TransformerSpec, sh: LayerShape) -> float:
+    """Bytes the loss holds beyond what it saves, at its own peak (one micro-batch)."""
+    T, _ = _tokens(m, sh)
+    return LOSS_BYTES[sh.loss].transient(logit_bytes(sh)) * T * -(-m.vocab // sh.tp)
 
 
 def backward_ops(fwd: list[Op]) -> list[Op]:
