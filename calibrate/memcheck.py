@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from simulator.errors import ComplexityError
 from simulator.engine.memory_fit import estimate_stage_memory
+from simulator.errors import ComplexityError
 from simulator.memory.accounting import StageMemory
 from simulator.parallel.framework_plan import with_framework
 from simulator.parallel.plan import Plan

@@ -42,7 +42,7 @@ def _attention(spec: TransformerSpec, flash: bool, dropout: float) -> Any:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
 
     def unfused(q, k, v):
-        b, a, s, d = q.shape
+        _, a, s, d = q.shape
         if gqa:
             k = k.repeat_interleave(a // k.shape[1], dim=1)
             v = v.repeat_interleave(a // v.shape[1], dim=1)

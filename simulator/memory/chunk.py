@@ -6,7 +6,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..parallel.plan import Plan, Recompute
-from ..workload.ops import LayerShape, embedding_ops, head_ops, layer_ops, loss_transient_bytes
+from ..workload.ops import (
+    LayerShape,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    loss_transient_bytes,
+)
 from ..workload.spec import TransformerSpec
 from .accounting import ChunkMemory, layer_activation_bytes, layer_transient_bytes
 

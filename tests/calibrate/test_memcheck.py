@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.memcheck import CASES, QUICK, case_plan  # noqa: E402
-from calibrate.memcheck_report import PARTS, run_case, select  # noqa: E402
-from simulator.cli.main import main  # noqa: E402
+from calibrate.memcheck import CASES, QUICK, case_plan
+from calibrate.memcheck_report import PARTS, run_case, select
+from simulator.cli.main import main
 
 
 def test_the_suite_covers_the_configurations_the_issue_names():
