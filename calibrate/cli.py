@@ -177,8 +177,8 @@ def _headline(prof) -> str:
 
 # ---- argparse hook -----------------------------------------------------------------------
 def add_subcommands(subparsers) -> argparse.ArgumentParser:
-    """Add ``calibrate [fit] [--quick] --out DIR`` and ``validate-run`` to the main CLI's
-    subparsers."""
+    """Add ``calibrate [fit] [--quick] --out DIR``, ``validate-run`` and ``validate-memory``
+    to the main CLI's subparsers."""
     p = subparsers.add_parser("calibrate", help="measure this machine and fit a profile "
                               "(`calibrate fit` refits from stored measurements)")
     p.add_argument("action", nargs="?", choices=["fit"], help="refit only")
@@ -205,6 +205,8 @@ def add_subcommands(subparsers) -> argparse.ArgumentParser:
                    "'contaminated' and warn)")
     p.set_defaults(func=main_calibrate)
     add_validate_run(subparsers)
+    from .memcheck_report import add_validate_memory
+    add_validate_memory(subparsers)
     return p
 
 

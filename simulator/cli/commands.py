@@ -4,12 +4,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..api.catalog import cluster_from_row, load_profile_for, make_cluster
 from ..engine.simulate import simulate
 from ..errors import InvalidInputError
+from ..frameworks import framework_memory
 from ..hardware.profile import Profile
+from ..parallel.conventions import conventions_for
+from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..report.table import format_result_table
 from ..report.trace import write_chrome_trace
@@ -57,12 +61,23 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--recompute", default="none", help="none, selective, full")
-    p.add_argument("--zero-stage", type=int, default=0)
+    p.add_argument("--zero-stage", type=int, default=None,
+                   help="0-3 (default: the framework's, e.g. 1 for nemo's distributed "
+                   "optimizer, 3 for fsdp2; 0 without --framework)")
     p.add_argument("--precision", default=None,
                    help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")
+    p.add_argument("--framework", default=None,
+                   help="training framework whose defaults fill what you do not state: "
+                   "ZeRO stage, gradient dtype, FP8 weight cache, loss, attention, overlaps "
+                   "(megatron-lm, megatron-core, nemo, megatron-deepspeed, deepspeed, "
+                   "llm-foundry, torchtitan, fsdp2, pytorch)")
+    p.add_argument("--grad-dtype", default=None,
+                   help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
+                   "(default: the framework's)")
     p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved")
-    p.add_argument("--attention", default="flash",
-                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized")
+    p.add_argument("--attention", default=None,
+                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized "
+                   "(default: the framework's, else flash)")
     p.add_argument("--no-dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")
     p.add_argument("--bucket-mb", type=float, default=0.0,
@@ -92,11 +107,31 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
             raise InvalidInputError("tp*pp*cp", denom, f"a divisor of --gpus {n_gpus}")
         dp = n_gpus // denom
     schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
-    return Plan(tp=a.tp, pp=a.pp, dp=dp, cp=a.cp, ep=a.ep, vpp=a.vpp, micro_batch=a.micro_batch,
+    for k in ("framework", "grad_dtype", "attention", "tp_overlap", "no_dp_overlap"):
+        if not hasattr(a, k):               # commands that share these flags only in part
+            setattr(a, k, None)
+    if a.grad_dtype is not None and a.grad_dtype not in ("fp32", "bf16", "fp16"):
+        raise InvalidInputError("grad_dtype", a.grad_dtype, "fp32, bf16 or fp16")
+    plan = Plan(tp=a.tp, pp=a.pp, dp=dp, cp=a.cp, ep=a.ep, vpp=a.vpp, micro_batch=a.micro_batch,
                 global_batch=a.global_batch, sequence_parallel=a.sequence_parallel,
-                recompute=a.recompute, zero_stage=a.zero_stage, precision=a.precision,
-                schedule=schedule, attention=a.attention, dp_overlap=not a.no_dp_overlap,
-                tp_overlap=a.tp_overlap, dp_bucket_bytes=int(a.bucket_mb * 1e6))
+                recompute=a.recompute, zero_stage=a.zero_stage or 0, precision=a.precision,
+                schedule=schedule, attention=a.attention or "flash",
+                dp_overlap=not a.no_dp_overlap, tp_overlap=bool(a.tp_overlap),
+                dp_bucket_bytes=int(a.bucket_mb * 1e6))
+    return _framework_defaults(plan, a)
+
+
+def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
+    """Fill what the command line leaves open from ``--framework`` (explicit flags win)."""
+    if not a.framework:
+        return replace(plan, memory=conventions_for(framework_memory(""), plan.precision,
+                                                    a.grad_dtype))
+    keep = {k for k, given in (("zero_stage", a.zero_stage is not None),
+                               ("attention", a.attention is not None),
+                               ("dp_overlap", bool(a.no_dp_overlap)),
+                               ("tp_overlap", bool(a.tp_overlap)),
+                               ("sequence_parallel", a.sequence_parallel)) if given}
+    return with_framework(plan, a.framework, keep, a.grad_dtype)
 
 
 def run_simulate(a: argparse.Namespace) -> int:
@@ -120,7 +155,8 @@ def run_simulate(a: argparse.Namespace) -> int:
         write_chrome_trace(a.trace, res)
     if a.json:
         out = res.to_dict()
-        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name)
+        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name,
+                   zero_stage=plan.zero_stage, memory_conventions=asdict(plan.memory))
         if unc is not None:
             out.update(unc.result_fields(res), uncertainty=unc.to_dict())
         print(json.dumps(out, indent=2, sort_keys=True))

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from ..cost.layer import PassCost, group_collective, interference_s, pass_cost
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import layer_activation_bytes
+from ..memory.accounting import ChunkMemory
+from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
@@ -39,8 +40,7 @@ class ChunkWork:
     bwd: PassCost
     params: float                 # parameters held by one rank (after TP/EP split)
     dense_params: float           # of which replicated over the full DP group
-    act_bytes_per_mb: float       # activations kept per micro-batch
-    largest_tensor_bytes: float
+    memory: ChunkMemory           # what it keeps in memory (simulator.memory.chunk)
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
 
 
@@ -65,26 +65,14 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       dtype=plan.precision.value,
                       flash=plan.attention != AttentionImpl.MATERIALIZED,
                       attention_kernel=plan.attention.value,
-                      dropout=plan.attention == AttentionImpl.MATERIALIZED)
+                      dropout=plan.memory.dropout, loss=plan.memory.loss.value,
+                      fused_swiglu=plan.memory.fused_swiglu)
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
     fab = fabric_of(cluster)
     return {name: place_group(cluster, name, size, stride, fab)
             for name, (size, stride) in group_strides(plan).items()}
-
-
-def _rank_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float, float]:
-    """(params on one rank, of which dense i.e. not expert-sharded) for one layer."""
-    if not model.is_moe_layer(layer):
-        p = model.layer_params(layer) / plan.tp
-        return p, p
-    moe = model.moe
-    expert = (moe.experts + moe.shared_experts) * model.dense_mlp_params(moe.expert_ffn_hidden)
-    routed = moe.experts * model.dense_mlp_params(moe.expert_ffn_hidden)
-    dense = (model.layer_params(layer) - expert) / plan.tp + \
-        (expert - routed) / plan.tp
-    return dense + routed / (plan.ep * plan.tp), dense
 
 
 def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
@@ -104,20 +92,16 @@ class _LayerCache:
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost, float]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost]] = {}
 
-    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, float]:
+    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost]:
         key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
-            tokens = self.sh.micro_batch * self.m.seq_len // self.p.cp
-            if self.p.sequence_parallel:
-                tokens //= self.p.tp
-            act = layer_activation_bytes(fwd, self.p.recompute, tokens * self.m.hidden * self.sh.act_bytes)
-            self._cache[key] = (fwd, cf, cb, act)
+            self._cache[key] = (fwd, cf, cb)
         return self._cache[key]
 
 
@@ -139,40 +123,25 @@ def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof:
 
 def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
     fwd, bwd = PassCost(), PassCost()
-    params = dense = act = 0.0
-    largest = 0.0
+    mem = chunk_memory(model, plan, sh, layers, first, last)
+    params, dense = mem.params, mem.dense_params
     all_fwd: list[Op] = []
-    extra: list[Op] = []
-    if first:
-        extra += embedding_ops(model, sh)
-        params += model.vocab * model.hidden / plan.tp
-        dense += model.vocab * model.hidden / plan.tp
-    if last:
-        extra += head_ops(model, sh)
-        if not (model.tied_embeddings and first):
-            params += model.vocab * model.hidden / plan.tp
-            dense += model.vocab * model.hidden / plan.tp
+    extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
+        (head_ops(model, sh) if last else [])
     for layer in layers:
-        lf, cf, cb, a = cache.get(layer)
+        lf, cf, cb = cache.get(layer)
         fwd.add(cf)
         bwd.add(cb)
-        p, d = _rank_params(model, plan, layer)
-        params += p
-        dense += d
-        act += a
-        largest = max(largest, max((o.saved_bytes for o in lf), default=0.0))
         all_fwd = lf
     if extra:
         fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
         bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
-        act += sum(o.saved_bytes for o in extra)
-        largest = max(largest, max(o.saved_bytes for o in extra))
     if plan.grad_accum_bytes_per_param > 0:
         bwd.add(pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
                           plan.tp_overlap))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra)
 
 
 def _grad_accumulation_op(params: float, plan: Plan) -> Op:

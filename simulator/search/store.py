@@ -50,10 +50,16 @@ _PLAN_FIELDS = tuple(f.name for f in fields(Plan))
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
-    """Plan fields with enums as their values (flat: a Plan holds only scalars)."""
+    """Plan fields with enums as their values, flat: the memory conventions become
+    ``memory_<field>`` columns."""
     out = {}
     for name in _PLAN_FIELDS:
         v = getattr(plan, name)
+        if name == "memory":
+            for f in fields(v):
+                x = getattr(v, f.name)
+                out[f"memory_{f.name}"] = getattr(x, "value", x)
+            continue
         out[name] = getattr(v, "value", v)
     return out
 

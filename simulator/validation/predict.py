@@ -4,7 +4,10 @@ Each row becomes (model, cluster, plan). Cells the source leaves empty are chose
 reported in the ``chosen`` column:
 
 * framework behaviour that the framework's own documentation fixes (attention kernel,
-  gradient-reduction overlap, TP-communication overlap) comes from ``FRAMEWORKS``;
+  gradient-reduction overlap, TP-communication overlap) and what it keeps in memory (ZeRO
+  stage / distributed optimizer when the row is silent, gradient dtype, FP8 weights, loss)
+  comes from ``frameworks.json`` (``simulator.parallel.framework_plan.with_framework``),
+  before anything is searched;
 * an empty ``vpp`` means the frameworks' default, the non-interleaved schedule;
 * tunables with no framework default (micro-batch, and recompute / sequence parallelism
   where the framework does not fix them) are set to the best *feasible* value by our own
@@ -22,13 +25,10 @@ from typing import Callable, Iterable, Mapping
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..errors import ComplexityError, InfeasiblePlanError, InvalidInputError
-from ..frameworks.defaults import (
-    DEFAULT_FRAMEWORK,
-    FRAMEWORKS,
-    FrameworkDefaults,
-)
+from ..frameworks.defaults import FrameworkDefaults, framework_defaults
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
+from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
@@ -126,22 +126,21 @@ def missing_heads(row: Mapping[str, str]) -> bool:
 
 
 # ---- plan ----------------------------------------------------------------------------------
-def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
+def base_plan(row: Mapping[str, str], fw_name: str) -> Plan:
+    """The row's plan; what it leaves empty comes from framework ``fw_name``'s defaults
+    (sequence parallelism and the tunables are chosen later by ``candidate_plans``)."""
     tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
-    bf16_row = (row.get("precision") or "").strip() == "bf16"   # fw's bf16-only behaviour
     vpp = _int(row, "vpp", 1)
-    return Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
+    plan = Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
                 vpp=vpp, micro_batch=_int(row, "micro_batch", 1),
                 global_batch=_int(row, "global_batch"),
                 sequence_parallel=bool(_bool(row, "sequence_parallel")) and tp > 1,
                 recompute=(row.get("recompute") or "none").strip(),
                 zero_stage=_int(row, "zero_stage", 0),
                 precision=(row.get("precision") or "bf16").strip(),
-                schedule="interleaved" if vpp > 1 else "1f1b",
-                attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
-                pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p,
-                grad_accum_bytes_per_param=fw.grad_accum_bytes_per_param if bf16_row else 0.0,
-                zero1_allreduce=fw.zero1_allreduce and bf16_row)
+                schedule="interleaved" if vpp > 1 else "1f1b")
+    keep = {"sequence_parallel"} | ({"zero_stage"} if _int(row, "zero_stage") is not None else set())
+    return with_framework(plan, fw_name, keep, strict=False)
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan,
@@ -170,6 +169,8 @@ def candidate_plans(row: Mapping[str, str], base: Plan,
 
 def _chosen_note(row: Mapping[str, str], p: Plan) -> str:
     notes = []
+    if _int(row, "zero_stage") is None:
+        notes.append(f"zero_stage={p.zero_stage} (framework default)")
     if not _int(row, "micro_batch"):
         notes.append(f"micro_batch={p.micro_batch}")
     if not _int(row, "vpp") and p.pp > 1:
@@ -200,7 +201,7 @@ def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
 
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
     fw_name = (row.get("framework") or "").strip().lower()
-    fw = FRAMEWORKS.get(fw_name, DEFAULT_FRAMEWORK)
+    fw = framework_defaults(fw_name)
     chosen_extra = []
     if missing_heads(row):
         heads = _guess_heads(row)
@@ -209,7 +210,7 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     model = row_model(row)
     cluster = make_cluster(row)
     prof = get_profile(cluster.gpu.key)
-    base = base_plan(row, fw)
+    base = base_plan(row, fw_name)
     best: tuple[float, Result, str, Plan] | None = None
     fallback: tuple[float, Result, str, Plan] | None = None
     for plan, note in candidate_plans(row, base, fw):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..frameworks import CONVENTIONS
+from ..frameworks import CONVENTIONS, LOSS_BYTES
 from ..frameworks.moe import ROUTING
 from ..network.collectives import Collective
 from .moe_load import expected_max_load_ratio
@@ -78,6 +78,10 @@ class LayerShape:
     causal: bool = True
     dropout: bool = True
     cp_comm: str = "p2p"                     # context parallelism: "p2p" ring or "all_gather"
+    # memory accounting only (no effect on time): the cross-entropy implementation
+    # (``frameworks.LOSS_BYTES``) and whether SwiGLU is one function saving its input
+    loss: str = "megatron"
+    fused_swiglu: bool = True
 
     @property
     def act_bytes(self) -> int:
@@ -248,15 +252,20 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape, window: int = 0) -> l
     full = per_pair * s_q * (min(s_k, window) if window > 0 else s_k)
     qkv_saved = b * s_q * (heads * d_qk + kv_w) * ab
     if sh.flash:
-        out_saved = b * s_q * heads * d_v * ab + b * heads * s_q * 4   # output + logsumexp
+        out_bytes, lse_bytes = b * s_q * heads * d_v * ab, b * heads * s_q * 4
+        out_io = out_bytes + lse_bytes                   # the kernel writes output + logsumexp
+        # It keeps both; the output is the same tensor the output projection saves as its
+        # input (charged there), unless that GEMM keeps an FP8 copy instead (Transformer
+        # Engine), when both exist.
+        out_saved = lse_bytes + (out_bytes if sh.dtype == "fp8" else 0.0)
         if sh.cp > 1:
             fn = allgather_attention_ops if sh.cp_comm == "all_gather" else ring_attention_ops
-            return fn(m, sh, full, qkv_saved, out_saved)
+            return fn(m, sh, full, qkv_saved + out_io, out_saved)
         # selective recompute (Megatron --recompute-granularity selective) re-runs the core
         # attention forward in backward even with a fused kernel
         executed = per_pair * s_q * _executed_keys_per_query(s_k, window, sh.causal)
         return [Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
-                   bytes_moved=qkv_saved + out_saved, m=s_q, n=s_k, k=d_qk, batch=b * heads,
+                   bytes_moved=qkv_saved + out_io, m=s_q, n=s_k, k=d_qk, batch=b * heads,
                    dtype=sh.dtype, saved_bytes=out_saved, kernel=sh.attention_kernel,
                    recomputed=True, causal=sh.causal)]
     ops: list[Op] = []
@@ -269,12 +278,15 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape, window: int = 0) -> l
     # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output.
     # Materialized attention forms every score, local layers too (the window is a mask).
     ops.append(_gemm("qk", s_q, s_k, d_qk, sh16, batch=batch, recomputed=True))
+    # softmax keeps its output; with dropout, the dropout keeps its 1-byte mask and AV
+    # keeps the dropped-out probabilities (without dropout AV reuses the softmax output)
     ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True,
                     kind="softmax"))
     if sh.dropout:
-        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
+        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * 1.0,
                         recomputed=True))
-    ops.append(_gemm("av", s_q, d_v, s_k, sh16, batch=batch, recomputed=True))
+    av = _gemm("av", s_q, d_v, s_k, sh16, batch=batch, recomputed=True)
+    ops.append(replace(av, saved_bytes=scores * ab) if sh.dropout else av)
     return ops
 
 
@@ -290,7 +302,7 @@ def _attn_call(name: str, sh: LayerShape, b: int, widths: tuple[int, int, int], 
               kernel=sh.attention_kernel, recomputed=True, causal=causal)
 
 
-def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, qkv_saved: float,
+def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes: float,
                        out_saved: float) -> list[Op]:
     """Context parallelism as Transformer Engine's P2P ring (``AttnFuncWithCPAndKVP2P``,
     Megatron's default ``--cp-comm-type p2p``), step by step.
@@ -311,7 +323,7 @@ def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, qkv_save
     s_loc = m.seq_len // sh.cp
     kv_block = float(b * s_loc * kv_w * ab)
     step_model = full / sh.cp
-    io = (qkv_saved + out_saved) / sh.cp
+    io = io_bytes / sh.cp
     ops: list[Op] = []
     for i in range(sh.cp):
         if sh.causal and i == 0:
@@ -334,7 +346,7 @@ def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, qkv_save
     return ops
 
 
-def allgather_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, qkv_saved: float,
+def allgather_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes: float,
                             out_saved: float) -> list[Op]:
     """Context parallelism by all-gathering K and V first (``--cp-comm-type all_gather``,
     TE ``AttnFuncWithCPAndKVAllGather``; Llama 3's context parallelism): the gather is
@@ -356,7 +368,7 @@ def allgather_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, qkv
         # whole prefix and the kernel runs at the non-causal efficiency of s_k
         f = 2.0 * b * heads * (d_qk + d_v) * (c * s_k - 0.5 * c * c if sh.causal else c * s_k)
         ops.append(Op(f"core_attn_ag{j}", OpKind.ATTENTION, flops=f, model_flops=full / calls,
-                      bytes_moved=(qkv_saved + out_saved) / calls, m=c, n=s_k, k=d_qk,
+                      bytes_moved=io_bytes / calls, m=c, n=s_k, k=d_qk,
                       batch=b * heads, dtype=sh.dtype, saved_bytes=out_saved / calls,
                       kernel=sh.attention_kernel, recomputed=True))
     return ops
@@ -378,7 +390,11 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     rows = -(-T // groups)
     ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
     act_in, act_out = T * up_n, T * f
-    ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab))
+    # a fused SwiGLU (Megatron's SwiGLUFunction, TE) saves its input only; eager
+    # silu(a) * b also keeps silu(a) for the product's backward
+    eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
+    ops.append(_mem(f"{name}_act", act_in, act_out, sh,
+                    saved=(act_in + (act_out if eager_glu else 0)) * ab))
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
     if groups > 1:
         ops = [replace(o, grouped=True) if o.kind == OpKind.GEMM else o for o in ops]
@@ -460,7 +476,10 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
         if local > 1:
             ops.append(_mem("moe_unsort_chunks", recv * h, recv * h, sh, kind="copy"))
         ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
-    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh))
+    # the combine weights each expert output by its routing probability, so it keeps the
+    # expert outputs (and the probabilities) for the gradient of the probabilities
+    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh,
+                    saved=routed * h * ab + routed * 4))
     if moe.shared_experts:
         ops += _enter_tp("shared_allgather", m, sh, "shared_fc1")
         ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",
@@ -491,15 +510,27 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     # first and last layers in higher precision).
     head_sh = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
     ops.append(_gemm("logits", T, v, h, head_sh, saved=Ts * h * ab))
-    # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per logit
-    # counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). The softmax is
-    # kept for backward (fp32).
+    # Time: vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per
+    # logit counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). Memory:
+    # what the run's loss implementation keeps (frameworks.LOSS_BYTES).
     elems, ce = T * v, CONVENTIONS.cross_entropy
+    saved = LOSS_BYTES[sh.loss].saved(logit_bytes(sh)) * elems
     ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=ce.fwd_bytes_per_logit * elems,
-                  dtype=sh.dtype, saved_bytes=ce.saved_bytes_per_logit * elems,
+                  dtype=sh.dtype, saved_bytes=saved,
                   kernels=ce.kernels, bwd_bytes=ce.bwd_bytes_per_logit * elems,
                   mem_kind="softmax"))
     return ops
+
+
+def logit_bytes(sh: LayerShape) -> int:
+    """Bytes per logit of the output layer's result (16-bit, also under FP8; fp32 models 4)."""
+    return sh.act_bytes
+
+
+def loss_transient_bytes(m: TransformerSpec, sh: LayerShape) -> float:
+    """Bytes the loss holds beyond what it saves, at its own peak (one micro-batch)."""
+    T, _ = _tokens(m, sh)
+    return LOSS_BYTES[sh.loss].transient(logit_bytes(sh)) * T * -(-m.vocab // sh.tp)
 
 
 def backward_ops(fwd: list[Op]) -> list[Op]:
