@@ -29,7 +29,7 @@ from simulator.hardware.profile import (
 from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 from simulator.network.collectives import Collective
 
-from .discover import DeviceInfo, discover
+from .discover import DeviceInfo, discover_cpu
 from .fit import (
     AttnPoint,
     FitResult,
@@ -387,7 +387,7 @@ def fit_profiles(out_dir: Path, info: DeviceInfo | None = None,
                  strict: bool = False) -> dict[str, Profile]:
     """Profiles keyed by file name (``profile.json``, ``profile_1thread.json``)."""
     m = load_measurements(out_dir, strict)
-    info = info or discover()
+    info = info or discover_cpu()
     bw, links, overlap, comm_fits = _communication(m)
     env = {k: str(m.gemm[0].get(k, "")) for k in FINGERPRINT_KEYS}
     out = {}

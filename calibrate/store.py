@@ -139,10 +139,13 @@ class ForeignLoadMeter:
 
 def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
               sync: Callable[[], Any] | None = None,
-              setup: Callable[[], Any] | None = None) -> Stats:
+              setup: Callable[[], Any] | None = None, timer: Any = None) -> Stats:
     """Run ``fn`` ``warmup`` times, then time up to ``repeats`` calls (at least 3) or until
-    ``budget_s`` seconds have passed; ``sync`` (e.g. a CUDA synchronize) runs around each;
-    ``setup`` (e.g. a cache flush) runs untimed before each call."""
+    ``budget_s`` seconds (wall clock) have passed; ``setup`` (e.g. a cache flush) runs
+    untimed before each call. ``timer`` (``calibrate.device``: CUDA events on a GPU) times
+    each call; without one, the wall clock with ``sync`` (if any) around each call."""
+    from .device import WallTimer
+    timer = timer or WallTimer(sync)
     for _ in range(warmup):
         if setup:
             setup()
@@ -153,13 +156,7 @@ def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
     while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
         if setup:
             setup()
-        if sync:
-            sync()
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        samples.append(time.perf_counter() - t0)
+        samples.append(timer.sample(fn))
     return stats_of(samples, meter.stop())
 
 

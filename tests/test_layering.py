@@ -27,7 +27,7 @@ RANK = {
     "simulator.engine": 7,
     "simulator.report": 8,
     # ---- above the core -------------------------------------------------------------------
-    "simulator.modules": 9,
+    "simulator.modules": 9, "simulator.uncertainty": 9,
     "simulator.search": 10,
     "simulator.planning": 11,
     "simulator.validation": 12,

@@ -23,7 +23,8 @@ class Terminated(BaseException):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import commands, module, search, workflow  # noqa: F401  (each registers its commands)
+    from . import (collective, commands, module, search,  # noqa: F401  (each registers
+                   workflow)                                # its commands)
     parser = argparse.ArgumentParser(
         prog="complexity",
         description="Predict distributed training step time, throughput, memory and cost.")

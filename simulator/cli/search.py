@@ -43,6 +43,7 @@ from .format import (
     format_search,
     format_sensitivity,
 )
+from .fabric_choices import add_fabric_alternatives, fabric_choices, fabric_rows, format_fabric_rows
 from .registry import command
 from .workflow import add_window_args, run_window_sweep
 
@@ -109,9 +110,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, help="override the model's sequence length")
 
 
-def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+def _add_cluster_args(p: argparse.ArgumentParser, alternatives: bool = False) -> None:
+    """``alternatives``: fabric flags take comma lists (``fabric_choices``)."""
     p.add_argument("--gpus-per-node", type=int)
-    p.add_argument("--nics-per-node", type=int)
+    if alternatives:
+        add_fabric_alternatives(p, nic_gbps=True)
+    else:
+        p.add_argument("--nics-per-node", type=int)
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
 
 
@@ -158,7 +163,8 @@ def search_options(a: argparse.Namespace, price: float | None = None,
 
 
 def _catalog(a: argparse.Namespace, nic_gbps: float | None = None) -> HardwareDbCatalog:
-    return HardwareDbCatalog(a.profile, a.gpus_per_node, a.nics_per_node, nic_gbps)
+    nics = a.nics_per_node if isinstance(a.nics_per_node, int) else None
+    return HardwareDbCatalog(a.profile, a.gpus_per_node, nics, nic_gbps)
 
 
 def _emit_json(obj: Any) -> None:
@@ -185,10 +191,9 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, help="GPU key (see `complexity list gpus`)")
     p.add_argument("--gpus", required=True, help="GPU count, or a list/range: 256,512 or 256..4096")
     p.add_argument("--global-batch", required=True, help="sequences per step, or a list: 1024,2048")
-    p.add_argument("--nic-gbps", type=float, help="NIC line rate in Gb/s")
     p.add_argument("--price", help="USD per GPU-hour (default: hardware_db's)")
     p.add_argument("--tokens", help="token budget, for time-to-train (e.g. 300B)")
-    _add_cluster_args(p)
+    _add_cluster_args(p, alternatives=True)
     _add_search_args(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", help="search-space scatter (throughput vs memory), PNG/SVG")
@@ -205,16 +210,20 @@ def run_search(a: argparse.Namespace) -> int:
         raise InvalidInputError("global_batch", a.global_batch, "positive batch sizes")
     price, _ = parse_prices(a.price)
     tokens = parse_count(a.tokens, "tokens") if a.tokens else None
-    cat = _catalog(a, a.nic_gbps)
+    cat = _catalog(a)
+    alternatives = [fabric_choices(a, a.gpu, n) for n in counts]
+    if len(alternatives[0]) > 1:
+        return _search_fabrics(a, model, cat, alternatives, batches, search_options(a, price, tokens))
+    choice_of = {ch.n_gpus: ch for (ch,) in alternatives}
     ctxs = []
     for n in counts:
-        cluster = cat.cluster(HardwareChoice(a.gpu, n))
+        cluster = cat.cluster(choice_of[n])
         ctxs += [make_context(model, cluster, cat.profile(cluster.gpu.key), b) for b in batches]
     report = search(ctxs, search_options(a, price, tokens))
     out = report.to_dict()
     w = report.winner
     if w is not None:
-        la = launch_args(model, w.plan, w.n_gpus, cat.cluster(HardwareChoice(a.gpu, w.n_gpus)).node.gpus_per_node)
+        la = launch_args(model, w.plan, w.n_gpus, cat.cluster(choice_of[w.n_gpus]).node.gpus_per_node)
         out["launch"] = la.to_dict()
     if a.json:
         _emit_json(out)
@@ -229,6 +238,24 @@ def run_search(a: argparse.Namespace) -> int:
         raise InfeasiblePlanError("no_feasible_plan", "no plan fits; rejected plans by reason: "
                                   + report.rejection_summary(), report.rejected)
     return 0
+
+
+def _search_fabrics(a, model, cat, alternatives, batches, opts) -> int:
+    """One search per fabric alternative (every GPU count and batch in each)."""
+    results = []
+    for i in range(len(alternatives[0])):
+        ctxs = []
+        for per_count in alternatives:
+            cluster = cat.cluster(per_count[i])
+            ctxs += [make_context(model, cluster, cat.profile(cluster.gpu.key), b) for b in batches]
+        results.append((alternatives[0][i], search(ctxs, opts)))
+    rows = fabric_rows(results)
+    if a.json:
+        _emit_json({"model": model.name, "gpu": a.gpu, "fabrics": rows})
+    else:
+        print(f"search  {model.name} on {a.gpu}, fabric alternatives"
+              + format_fabric_rows(rows))
+    return 0 if any("step_time_s" in r for r in rows) else 1
 
 
 # ---- plan ---------------------------------------------------------------------------------
@@ -348,11 +375,10 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", required=True, help="token budget (e.g. 300B)")
     p.add_argument("--gpu-list", required=True, help="GPU keys, e.g. h100-sxm,h200-sxm,b200,mi300x")
     p.add_argument("--gpus-list", required=True, help="GPU counts, e.g. 1024 or 512,1024")
-    p.add_argument("--nic-gbps", default=None, help="NIC rates to try, e.g. 400,800")
     p.add_argument("--global-batch", type=int, default=1024)
     p.add_argument("--price", help="USD/GPU-hour for all, or per GPU: h100-sxm=2.5,b200=5")
     p.add_argument("--pue", type=float, default=DEFAULT_PUE)
-    _add_cluster_args(p)
+    _add_cluster_args(p, alternatives=True)
     _add_search_args(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", help="comparison bar chart, PNG/SVG")
@@ -364,13 +390,12 @@ def run_compare(a: argparse.Namespace) -> int:
     tokens = parse_count(a.tokens, "tokens")
     gpus = parse_str_list(a.gpu_list)
     counts = parse_int_list(a.gpus_list, "gpus_list")
-    nics = [float(x) for x in parse_str_list(a.nic_gbps)] if a.nic_gbps else [None]
     if not gpus:
         raise InvalidInputError("gpu_list", a.gpu_list, "one or more GPU keys")
     one_price, prices = parse_prices(a.price)
     if one_price is not None:
         prices = {g: one_price for g in gpus}
-    choices = [HardwareChoice(g, n, nic) for g in gpus for n in counts for nic in nics]
+    choices = [ch for g in gpus for n in counts for ch in fabric_choices(a, g, n)]
     cat = _catalog(a)
     for ch in choices:
         cat.cluster(ch)                      # bad GPU keys / counts fail here, in one line
@@ -412,7 +437,7 @@ def run_scaling(a: argparse.Namespace) -> int:
     kinds = [ScalingKind.STRONG, ScalingKind.WEAK] if a.kind == "both" else [ScalingKind(a.kind)]
     cat = _catalog(a, a.nic_gbps)
     cat.cluster(HardwareChoice(a.gpu, counts[0]))
-    opts = search_options(a)
+    opts = replace(search_options(a), intervals=False)     # curves show point values only
     curves = [scaling_curve(model, a.gpu, counts, a.global_batch, k, cat, opts) for k in kinds]
     if a.json:
         _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves],
@@ -457,7 +482,8 @@ def _one_plan_args(p: argparse.ArgumentParser) -> None:
 
 def _resolve_plan(a, model: TransformerSpec, cluster: ClusterSpec, prof: Profile) -> Plan:
     if all(getattr(a, k) is None for k in ("tp", "pp", "dp", "cp", "ep")):
-        opts = replace(search_options(a), top_k=1, event_top=0 if a.engine == "analytic" else 1)
+        opts = replace(search_options(a), top_k=1, event_top=0 if a.engine == "analytic" else 1,
+                       intervals=False)
         rep = search([make_context(model, cluster, prof, a.global_batch)], opts)
         if rep.winner is None:
             raise InfeasiblePlanError("no_feasible_plan", "no plan fits; rejected: "

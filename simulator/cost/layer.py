@@ -11,12 +11,8 @@ from dataclasses import dataclass, field
 
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
-from ..network.collectives import (
-    Collective,
-    LinkUse,
-    alpha_beta_time_s,
-    collective_time_s,
-)
+from ..network.collectives import Collective
+from ..network.price import ZERO_COST, CollectiveCost, collective_cost
 from ..parallel.placement import GroupPlacement
 from ..workload.ops import Op, OpKind
 from .kernels import attention_time_s, gemm_time_s, memory_time_s
@@ -60,6 +56,7 @@ class PassCost:
     model_flops: float = 0.0                                  # MFU convention (PaLM)
     hardware_flops: float = 0.0                               # model + recomputed (HFU)
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
+    link_busy_s: dict[str, float] = field(default_factory=dict)  # fabric tier -> busy seconds
     segments: list[Segment] = field(default_factory=list, repr=False)
 
     @property
@@ -76,9 +73,16 @@ class PassCost:
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
         for k, v in other.op_times.items():
             self.op_times[k] = self.op_times.get(k, 0.0) + times * v
+        for k, v in other.link_busy_s.items():
+            self.link_busy_s[k] = self.link_busy_s.get(k, 0.0) + times * v
         for _ in range(times):
             for seg in other.segments:
                 self.append(seg)
+
+    def add_link_busy(self, cost: CollectiveCost) -> None:
+        """Count the seconds ``cost`` keeps each fabric tier busy."""
+        for tier, s in cost.tier_busy_s:
+            self.link_busy_s[tier] = self.link_busy_s.get(tier, 0.0) + s
 
     def append(self, seg: Segment) -> None:
         """Add a segment at the end, merging it into a compute segment before it."""
@@ -92,52 +96,35 @@ class PassCost:
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
     """Kernel time of a compute op (0 for collectives)."""
     if op.kind == OpKind.GEMM:
-        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch)
+        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch,
+                           grouped=op.grouped)
     if op.kind == OpKind.ATTENTION:
         return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
-                                op.kernel or "flash")
+                                op.kernel or "flash", seq_k=op.n, head_dim=op.k,
+                                causal=op.causal)
     if op.kind == OpKind.MEMORY:
         return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels, kind=op.mem_kind)
     return 0.0
 
 
+def group_collective(coll: Collective, size_bytes: float, g: GroupPlacement,
+                     prof: Profile) -> CollectiveCost:
+    """A collective over a placed group, routed over the cluster's fabric with every group
+    of the same kind running at once (``simulator.network.price``)."""
+    if g.size <= 1 or size_bytes <= 0:
+        return ZERO_COST
+    return collective_cost(coll, size_bytes, g.shape, g.fabric, prof)
+
+
 def group_collective_s(coll: Collective, size_bytes: float, g: GroupPlacement,
                        prof: Profile) -> float:
-    """Collective over a placed group: the slower of its scale-up and scale-out parts."""
-    if g.size <= 1 or size_bytes <= 0:
-        return 0.0
-    if coll == Collective.ALL_TO_ALL and g.inter is not None:
-        return _all_to_all_across_domains_s(size_bytes, g, prof)
-    t = 0.0
-    if g.intra is not None:
-        t = collective_time_s(coll, g.size, size_bytes, g.intra, prof,
-                              in_switch=g.in_switch and g.domains == 1)
-    if g.inter is not None:
-        t = max(t, collective_time_s(coll, g.size, size_bytes, g.inter, prof))
-    return t
+    return group_collective(coll, size_bytes, g, prof).time_s
 
 
 def interference_s(overlapped_s: float, prof: Profile) -> float:
     """Extra compute time while a collective runs alongside it for ``overlapped_s``
     (communication kernels take SMs and memory bandwidth: ``Profile.overlap_slowdown``)."""
     return max(0.0, prof.overlap_slowdown.value - 1.0) * max(0.0, overlapped_s)
-
-
-def _all_to_all_across_domains_s(size_bytes: float, g: GroupPlacement, prof: Profile) -> float:
-    """All-to-all over several scale-up domains: unlike a ring, every rank pushes its own
-    off-domain share ``size * (n - k) / n`` through its own NIC share (``k`` members per
-    domain), while the on-domain share ``size * (k - 1) / n`` moves over the scale-up fabric."""
-    n, k = g.size, g.members_per_domain
-    per_rank_nic = LinkUse(g.inter.kind, g.inter.bandwidth_gbytes_per_s / k, g.inter.latency_us)
-    c = prof.link(per_rank_nic.kind)
-    t = alpha_beta_time_s(n - 1, size_bytes * (n - k) / n, per_rank_nic.bandwidth_gbytes_per_s * 1e9,
-                          per_rank_nic.latency_us * 1e-6, c)
-    if g.intra is not None and k > 1:
-        ci = prof.link(g.intra.kind)
-        t = max(t, alpha_beta_time_s(k - 1, size_bytes * (k - 1) / n,
-                                     g.intra.bandwidth_gbytes_per_s * 1e9,
-                                     g.intra.latency_us * 1e-6, ci))
-    return t
 
 
 def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, GroupPlacement],
@@ -155,7 +142,9 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
             pc.append(Segment(op.name, "", t))
             continue
-        t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], prof)
+        cost = group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
+        t = cost.time_s
+        pc.add_link_busy(cost)
         hidden = 0.0
         if op.group == "cp" or (op.group == "tp" and tp_overlap):
             base = op.overlaps_with

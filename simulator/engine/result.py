@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .memory_fit import MemoryVerdict
+
 
 @dataclass(frozen=True)
 class Breakdown:
@@ -35,6 +37,9 @@ class StageReport:
     activations_bytes: float
     workspace_bytes: float
     busy_s: float
+    optimizer_step_bytes: float = 0.0     # transient of the optimizer step (peak: see memory)
+    fp8_weight_copy_bytes: float = 0.0    # part of weights_bytes
+    workspace_source: str = ""            # which transient sets workspace_bytes
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,11 @@ class Result:
     sim_wall_s: float = 0.0
     timeline: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
     notes: list[str] = field(default_factory=list)
+    # seconds per step each fabric tier ("scale-up", "pcie", "nic", "leaf-spine",
+    # "spine-core") is busy for one rank of the critical stage, and the busiest one
+    link_busy_s: dict[str, float] = field(default_factory=dict)
+    busiest_link: str = ""
+    memory_verdict: MemoryVerdict | None = None
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         d = asdict(self)

@@ -11,15 +11,17 @@ from dataclasses import dataclass, field, replace
 from ..cost.layer import (
     PassCost,
     Segment,
-    group_collective_s,
+    group_collective,
     group_links,
     interference_s,
     pass_cost,
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import layer_activation_bytes
+from ..memory.accounting import ChunkMemory
+from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
+from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
 from ..workload.ops import (
@@ -45,8 +47,7 @@ class ChunkWork:
     bwd: PassCost
     params: float                 # parameters held by one rank (after TP/EP split)
     dense_params: float           # of which replicated over the full DP group
-    act_bytes_per_mb: float       # activations kept per micro-batch
-    largest_tensor_bytes: float
+    memory: ChunkMemory           # what it keeps in memory (simulator.memory.chunk)
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
 
 
@@ -71,25 +72,14 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       dtype=plan.precision.value,
                       flash=plan.attention != AttentionImpl.MATERIALIZED,
                       attention_kernel=plan.attention.value,
-                      dropout=plan.attention == AttentionImpl.MATERIALIZED)
+                      dropout=plan.memory.dropout, loss=plan.memory.loss.value,
+                      fused_swiglu=plan.memory.fused_swiglu)
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
-    return {name: place_group(cluster, name, size, stride)
+    fab = fabric_of(cluster)
+    return {name: place_group(cluster, name, size, stride, fab)
             for name, (size, stride) in group_strides(plan).items()}
-
-
-def _rank_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float, float]:
-    """(params on one rank, of which dense i.e. not expert-sharded) for one layer."""
-    if not model.is_moe_layer(layer):
-        p = model.layer_params(layer) / plan.tp
-        return p, p
-    moe = model.moe
-    expert = (moe.experts + moe.shared_experts) * model.dense_mlp_params(moe.expert_ffn_hidden)
-    routed = moe.experts * model.dense_mlp_params(moe.expert_ffn_hidden)
-    dense = (model.layer_params(layer) - expert) / plan.tp + \
-        (expert - routed) / plan.tp
-    return dense + routed / (plan.ep * plan.tp), dense
 
 
 def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
@@ -111,20 +101,16 @@ class _LayerCache:
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost, float]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost]] = {}
 
-    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, float]:
+    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost]:
         key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
-            tokens = self.sh.micro_batch * self.m.seq_len // self.p.cp
-            if self.p.sequence_parallel:
-                tokens //= self.p.tp
-            act = layer_activation_bytes(fwd, self.p.recompute, tokens * self.m.hidden * self.sh.act_bytes)
-            self._cache[key] = (fwd, cf, cb, act)
+            self._cache[key] = (fwd, cf, cb)
         return self._cache[key]
 
 
@@ -146,40 +132,25 @@ def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof:
 
 def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
     fwd, bwd = PassCost(), PassCost()
-    params = dense = act = 0.0
-    largest = 0.0
+    mem = chunk_memory(model, plan, sh, layers, first, last)
+    params, dense = mem.params, mem.dense_params
     all_fwd: list[Op] = []
-    extra: list[Op] = []
-    if first:
-        extra += embedding_ops(model, sh)
-        params += model.vocab * model.hidden / plan.tp
-        dense += model.vocab * model.hidden / plan.tp
-    if last:
-        extra += head_ops(model, sh)
-        if not (model.tied_embeddings and first):
-            params += model.vocab * model.hidden / plan.tp
-            dense += model.vocab * model.hidden / plan.tp
+    extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
+        (head_ops(model, sh) if last else [])
     for layer in layers:
-        lf, cf, cb, a = cache.get(layer)
+        lf, cf, cb = cache.get(layer)
         fwd.add(cf)
         bwd.add(cb)
-        p, d = _rank_params(model, plan, layer)
-        params += p
-        dense += d
-        act += a
-        largest = max(largest, max((o.saved_bytes for o in lf), default=0.0))
         all_fwd = lf
     if extra:
         fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
         bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
-        act += sum(o.saved_bytes for o in extra)
-        largest = max(largest, max(o.saved_bytes for o in extra))
     if plan.grad_accum_bytes_per_param > 0:
         bwd.add(pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
                           plan.tp_overlap))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra)
 
 
 def _grad_accumulation_op(params: float, plan: Plan) -> Op:
@@ -196,10 +167,15 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather."""
     g = groups["dp"]
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
-    ag = group_collective_s(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
+    rs_cost = group_collective(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag, rs = ag_cost.time_s, rs_cost.time_s
+    fwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(rs_cost)
     first_layer = ag / max(1, n_layers)
-    for pc, comm, what in ((fwd, ag, "fsdp all-gather"), (bwd, ag + rs, "fsdp all-gather + reduce-scatter")):
+    for pc, comm, what in ((fwd, ag, "fsdp all-gather"),
+                           (bwd, ag + rs, "fsdp all-gather + reduce-scatter")):
         busy = pc.total_s
         exposed = max(0.0, comm - busy) + first_layer
         slowed = interference_s(min(comm, busy), prof)

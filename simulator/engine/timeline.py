@@ -20,7 +20,7 @@ from typing import Any
 
 from ..cost.layer import group_links
 from ..memory.accounting import StageMemory
-from ..parallel.placement import GroupPlacement, stage_boundary_link
+from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
 from ..hardware.specs import ClusterSpec
 from .events import Engine, Task
@@ -35,7 +35,8 @@ def build_timeline(eng: Engine, stages: list[list[ChunkWork]], memory: list[Stag
                    plan: Plan, cluster: ClusterSpec,
                    groups: dict[str, GroupPlacement]) -> list[dict[str, Any]]:
     links = {g: group_links(p) for g, p in groups.items()}
-    links["pp"] = (stage_boundary_link(cluster, plan).kind,) if plan.pp > 1 else ()
+    links["pp"] = group_links(stage_boundary(cluster, plan, groups["pp"].fabric)) \
+        if plan.pp > 1 else ()
     out: list[dict[str, Any]] = []
     for t in eng.tasks:
         rec = task_record(t)
@@ -85,18 +86,31 @@ def _pass_records(t: Task, stage: int, pc) -> list[dict[str, Any]]:
 
 def _memory_counter(eng: Engine, s: int, mem: StageMemory,
                     chunks: list[ChunkWork]) -> list[dict[str, Any]]:
-    """Bytes held by one rank of stage ``s`` over the step (activations per micro-batch
-    from its forward start to its backward end)."""
-    base = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes + mem.workspace_bytes
+    """Bytes held by one rank of stage ``s`` over the step: weights, gradients, optimizer
+    state and the forward/backward workspace, plus each micro-batch's activations from its
+    forward start to its backward end; during the optimizer step its own transient instead
+    of the workspace (``StageMemory.total_bytes`` is the larger of the two peaks)."""
+    base = mem.state_bytes + mem.workspace_bytes
     deltas: dict[float, float] = {0.0: 0.0}
+    opt = None
     for t in eng.tasks:
-        if t.meta.get("stage") != s or t.meta.get("kind") not in ("fwd", "bwd"):
+        if t.meta.get("stage") != s:
             continue
-        act = chunks[t.meta["chunk"]].act_bytes_per_mb
-        at, sign = (t.start_s, 1.0) if t.meta["kind"] == "fwd" else (t.end_s, -1.0)
-        deltas[at] = deltas.get(at, 0.0) + sign * act
-    out, level = [], base
+        kind = t.meta.get("kind")
+        if kind == "optimizer":
+            opt = t
+        elif kind in ("fwd", "bwd"):
+            act = chunks[t.meta["chunk"]].memory.act_bytes
+            at, sign = (t.start_s, 1.0) if kind == "fwd" else (t.end_s, -1.0)
+            deltas[at] = deltas.get(at, 0.0) + sign * act
+    points, level = [], base
     for at in sorted(deltas):
         level += deltas[at]
-        out.append({"counter": "memory_bytes", "stage": s, "t_s": at, "value": level})
-    return out
+        points.append((at, level))
+    if opt is not None:
+        after = [p for p in points if p[0] <= opt.start_s][-1][1]
+        points = [p for p in points if p[0] < opt.start_s or p[0] > opt.end_s]
+        points += [(opt.start_s, after - mem.workspace_bytes + mem.optimizer_step_bytes),
+                   (opt.end_s, after)]
+    return [{"counter": "memory_bytes", "stage": s, "t_s": at, "value": v}
+            for at, v in sorted(points)]

@@ -7,8 +7,18 @@ from .defaults import (
     CONVENTIONS,
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
+    LOSS_BYTES,
+    MEMORY,
     Conventions,
     FrameworkDefaults,
+    LossBytes,
+    FrameworkMemory,
+    canonical_framework,
+    framework_defaults,
+    framework_memory,
+    framework_names,
 )
 
-__all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Conventions", "FrameworkDefaults"]
+__all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "LOSS_BYTES", "MEMORY",
+           "Conventions", "FrameworkDefaults", "LossBytes", "FrameworkMemory", "canonical_framework", "framework_defaults",
+           "framework_memory", "framework_names"]

@@ -23,7 +23,7 @@ from ..cost.kernels import (
     attention_time_s,
     gemm_time_core_s,
     memory_time_s,
-    wave_efficiency,
+    tile_efficiency,
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
@@ -68,10 +68,12 @@ def gemm_op_time_s(t: TracedOp, dtype: str, gpu: GPUSpec, prof: Profile) -> floa
     if o.m <= 0 or o.n <= 0 or o.k <= 0:
         return memory_time_s(o.bytes_moved, gpu, prof)
     g = prof.gemm
-    wave = wave_efficiency(o.m * o.batch, o.n, g.tile_m, g.tile_n, gpu.sm_count)
-    return gemm_time_core_s(o.batch * o.m, o.n, o.k, o.bytes_moved, gpu.peak(dtype) * 1e12,
-                            gemm_efficiency(t, dtype, prof), g.k_half.value,
-                            g.launch_us.value * 1e-6, wave, _mem_bw(gpu, prof))
+    wave = tile_efficiency(o.m, o.n, g.tile_shapes(), gpu.sm_count, o.batch, g.persistent)
+    peak = gpu.peak(dtype) * 1e12
+    return gemm_time_core_s(o.batch * o.m, o.n, o.k, o.bytes_moved, peak,
+                            gemm_efficiency(t, dtype, prof), g.k_half_for(dtype),
+                            g.launch_us.value * 1e-6, wave, _mem_bw(gpu, prof),
+                            peak * g.sustained_for(dtype))
 
 
 def op_time_s(t: TracedOp, gpu: GPUSpec, prof: Profile,

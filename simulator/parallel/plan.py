@@ -7,6 +7,7 @@ from enum import Enum
 from ..errors import InvalidInputError
 from ..hardware.specs import ClusterSpec, Dtype
 from ..workload.spec import TransformerSpec
+from .conventions import MemoryConventions
 
 
 class Schedule(str, Enum):
@@ -65,6 +66,9 @@ class Plan:
     # ZeRO-1 as all-reduce of the gradients + update of this rank's shard + all-gather of the
     # parameters (DeepSpeed BF16_Optimizer on ZeRO stage 0), instead of reduce-scatter.
     zero1_allreduce: bool = False
+    # What the framework keeps in memory (gradient dtype, master weights, loss, buckets, ...):
+    # ``simulator.parallel.conventions``; from ``--framework`` / ``frameworks.json``.
+    memory: MemoryConventions = MemoryConventions()
 
     def __post_init__(self) -> None:
         for name, enum in (("recompute", Recompute), ("precision", Dtype),
@@ -87,6 +91,8 @@ class Plan:
         if self.grad_accum_bytes_per_param < 0:
             raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
                                    "bytes per parameter >= 0")
+        if not isinstance(self.memory, MemoryConventions):
+            raise InvalidInputError("memory", self.memory, "a MemoryConventions")
         if self.dp_bucket_bytes < 0:
             raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
                                     "a positive size, or 0 for the framework default")

@@ -31,6 +31,7 @@ from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan, Recompute, validate
+from ..uncertainty.interval import Interval, log_interval_like
 from ..workload.spec import TransformerSpec
 from .executor import (
     BREAKDOWN_COLUMNS,
@@ -50,6 +51,12 @@ from .space import (
     make_plan,
     peak_memory_bytes,
 )
+from .risk import (
+    RISK_POOL,
+    indistinguishable_from_best,
+    pessimistic_tokens_per_s,
+    step_interval,
+)
 from .store import ResultStore, inputs_fingerprint, inputs_record
 
 _RECOMPUTE_COST = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
@@ -60,6 +67,19 @@ class Objective(str, Enum):
     TIME_TO_TRAIN = "time-to-train"               # tokens / throughput (same order)
     COST = "cost"                                 # USD per token
     THROUGHPUT_PER_WATT = "throughput-per-watt"   # tokens/s per watt of GPU TDP
+    # risk-averse: the pessimistic end of the 80 % interval (see ``search.risk``)
+    TIME_TO_TRAIN_P90 = "time-to-train-p90"       # P90 time-to-train
+    COST_P90 = "cost-p90"                         # P90 USD per token
+
+    @property
+    def risk_averse(self) -> bool:
+        return self in (Objective.TIME_TO_TRAIN_P90, Objective.COST_P90)
+
+    @property
+    def point(self) -> "Objective":
+        """The objective on point predictions that this one is the P90 of."""
+        return {Objective.TIME_TO_TRAIN_P90: Objective.TIME_TO_TRAIN,
+                Objective.COST_P90: Objective.COST}.get(self, self)
 
 
 class Bottleneck(str, Enum):
@@ -108,6 +128,7 @@ class SearchOptions:
     progress: bool = False      # unused: progress goes to ``simulator.progress`` listeners
     price_usd_per_gpu_hour: float | None = None
     tokens: float | None = None
+    intervals: bool = True                        # 80 % interval on every listed plan
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", Objective(self.objective))
@@ -142,6 +163,7 @@ class RankedPlan:
     score: float
     usd_per_gpu_hour: float
     tdp_w: float
+    step_time_interval: Interval | None = None    # 80 % interval (``search.risk``)
 
     @property
     def memory_headroom_pct(self) -> float:
@@ -166,6 +188,12 @@ class RankedPlan:
             d["usd_per_million_tokens"] = 1e6 * self.n_gpus * self.usd_per_gpu_hour / 3600 / self.tokens_per_s
         if tokens:
             d["time_to_train_s"] = tokens / self.tokens_per_s
+        iv = self.step_time_interval
+        if iv is not None:
+            d.update(iv.fields("step_time", "s"))
+            d.update(log_interval_like(iv, self.tokens_per_s).fields("tokens_per_s"))
+            if tokens:
+                d.update(log_interval_like(iv, tokens / self.tokens_per_s).fields("time_to_train", "s"))
         return d
 
 
@@ -197,7 +225,12 @@ class SearchReport:
                 "rejected": dict(sorted(self.rejected.items())), "generated": self.generated,
                 "simulated": dict(self.simulated), "resumed": self.resumed,
                 "search_wall_s": self.search_wall_s, "targets": list(self.targets),
-                "space_rules": list(self.space_rules)}
+                "space_rules": list(self.space_rules),
+                "indistinguishable_from_best": self.indistinguishable_from_best()}
+
+    def indistinguishable_from_best(self) -> list[int]:
+        """Ranks whose 80 % step-time interval overlaps the winner's by more than half."""
+        return indistinguishable_from_best([r.step_time_interval for r in self.ranked])
 
 
 # ---- targets -------------------------------------------------------------------------------
@@ -284,7 +317,7 @@ def price_for(ctx: EvalContext, options: SearchOptions) -> float:
 def score(rec: Mapping[str, Any], ctx: EvalContext, options: SearchOptions) -> float:
     """Higher is better."""
     tps = rec["tokens_per_s"]
-    obj = options.objective
+    obj = options.objective.point
     if obj == Objective.COST:
         price = price_for(ctx, options)
         if price <= 0:
@@ -432,8 +465,26 @@ def _confirm(run: _Run, scored, contexts, options, rejected: Counter):
 
 
 def _final_ranking(confirmed, scored, contexts, options) -> list[RankedPlan]:
+    """Confirmed plans first, then the best analytic ones; with intervals on each. A
+    risk-averse objective re-ranks the best ``RISK_POOL`` by their P90."""
     seen = {(i, p) for _, i, p, _ in confirmed}
     rest = [t for t in scored if (t[1], t[2]) not in seen]
-    ordered = _top(confirmed, len(confirmed)) + _top(rest, options.top_k)
-    return [_ranked(rec, contexts[i], plan, options, n + 1)
-            for n, (_, i, plan, rec) in enumerate(ordered[:options.top_k])]
+    risk = options.objective.risk_averse
+    n = max(options.top_k, RISK_POOL) if risk else options.top_k
+    ordered = (_top(confirmed, len(confirmed)) + _top(rest, n))[:n]
+    ranked = [_ranked(rec, contexts[i], plan, options, k + 1)
+              for k, (_, i, plan, rec) in enumerate(ordered)]
+    if options.intervals or risk:
+        ranked = [replace(r, step_time_interval=step_interval(contexts[i], r.plan, r.step_time_s))
+                  for r, (_, i, _, _) in zip(ranked, ordered)]
+    if risk:
+        ranked = [replace(r, score=_risk_score(r, contexts[i], options))
+                  for r, (_, i, _, _) in zip(ranked, ordered)]
+        ranked = [r for _, r in sorted(enumerate(ranked), key=lambda t: (-t[1].score, t[0]))]
+    return [replace(r, rank=k + 1) for k, r in enumerate(ranked[:options.top_k])]
+
+
+def _risk_score(r: RankedPlan, ctx: EvalContext, options: SearchOptions) -> float:
+    """The point objective's score at the pessimistic end of the interval."""
+    tps = pessimistic_tokens_per_s(r.tokens_per_s, r.step_time_interval)
+    return score({"tokens_per_s": tps}, ctx, options)

@@ -47,7 +47,7 @@ def _resumed(path: Path, inputs: Sequence[str]) -> dict[tuple[str, ...], RowOutc
             saved = {c: rec[c] for c in OUT_COLUMNS}
             err = _float_signed(saved["error_pct"])
             done[_key(row, inputs)] = RowOutcome(row, None, saved["chosen"], saved["status"],
-                                                 err, saved)
+                                                 err, saved=saved)
     return done
 
 

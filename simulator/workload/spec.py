@@ -52,6 +52,7 @@ class MoESpec:
     router_groups: int = 0
     router_group_topk: int = 0
     aux_loss_coeff: float = 0.0
+    capacity_factor: float = 0.0       # > 0: experts padded to capacity (drop and pad); 0: dropless
 
     def __post_init__(self) -> None:
         if self.experts < 1:
@@ -60,6 +61,9 @@ class MoESpec:
             raise InvalidInputError("moe_topk", self.top_k, f"1..moe_experts={self.experts}")
         if self.expert_ffn_hidden < 1:
             raise InvalidInputError("moe_ffn_hidden", self.expert_ffn_hidden, "an integer >= 1")
+        if self.capacity_factor < 0:
+            raise InvalidInputError("moe_capacity_factor", self.capacity_factor,
+                                    "0 (dropless) or a positive factor")
         if self.shared_experts < 0 or self.dense_layers < 0:
             raise InvalidInputError("moe_shared_experts/moe_dense_layers",
                                     (self.shared_experts, self.dense_layers), "non-negative")

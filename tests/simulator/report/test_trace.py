@@ -99,14 +99,16 @@ def test_collectives_sit_inside_their_pass_with_its_exposed_time(every_group):
     assert checked > 0
 
 
-@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("gpipe", 1), ("interleaved", 2)])
-def test_memory_counter_peaks_at_the_stage_estimate(schedule, vpp):
-    """Activations held from a micro-batch's forward start to its backward end: the
-    counter peaks exactly at the memory model's per-stage peak for 1F1B and GPipe, and
-    never above it (interleaved: the memory model's in-flight count is an upper bound)."""
+@pytest.mark.parametrize("schedule, vpp, zero", [("1f1b", 1, 0), ("gpipe", 1, 0),
+                                                ("interleaved", 2, 0), ("1f1b", 1, 3)])
+def test_memory_counter_peaks_at_the_stage_estimate(schedule, vpp, zero):
+    """Activations held from a micro-batch's forward start to its backward end, on top of
+    the state and workspace (the optimizer step's transient in its place during the step):
+    the counter, played on the event engine's timeline, peaks exactly at the memory
+    model's per-stage peak, which counts live micro-batches per schedule in closed form."""
     m = get_preset("llama2-7b")
     cluster = make_cluster("h100-sxm", 32, 8, None, None, None, None, None, 1.0)
-    plan = Plan(tp=2, pp=4, dp=4, vpp=vpp, schedule=schedule, global_batch=64)
+    plan = Plan(tp=2, pp=4, dp=4, vpp=vpp, schedule=schedule, global_batch=64, zero_stage=zero)
     res = simulate(m, plan, cluster, hardware_db.load_profile("h100-sxm"), keep_timeline=True)
     peak = defaultdict(float)
     for r in res.timeline:
@@ -114,9 +116,7 @@ def test_memory_counter_peaks_at_the_stage_estimate(schedule, vpp):
             peak[r["stage"]] = max(peak[r["stage"]], r["value"])
     assert sorted(peak) == list(range(4))
     for s in res.stages:
-        assert peak[s.stage] <= s.peak_memory_bytes * (1 + 1e-12)
-        if vpp == 1:
-            assert peak[s.stage] == pytest.approx(s.peak_memory_bytes, rel=1e-12)
+        assert peak[s.stage] == pytest.approx(s.peak_memory_bytes, rel=1e-12)
 
 
 def test_a_new_resource_gets_its_own_track(every_group):
