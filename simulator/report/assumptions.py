@@ -26,6 +26,9 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_scatter_gather": plan.pp_scatter_gather,
         "grad_accum_bytes_per_param": plan.grad_accum_bytes_per_param,
         "zero1_allreduce": plan.zero1_allreduce,
+        "framework": plan.memory.framework or "none (Megatron-style conventions)",
+        "grad_dtype": plan.memory.grad_dtype.value, "master_weights": plan.memory.master_weights,
+        "optimizer_state_bytes_per_param": plan.memory.optimizer_state_bytes_per_param,
         "profile": prof.name, "step_overhead_s": prof.step_overhead_s.value,
         "gpus_per_node": cluster.node.gpus_per_node, "nics_per_node": cluster.node.nics_per_node,
         "nic_gbits_per_s": cluster.node.nic_gbits_per_s,
@@ -45,5 +48,8 @@ def assumption_lines(d: dict[str, Any]) -> list[str]:
         f", scatter/gather {onoff(d['pp_scatter_gather'])}; grad accumulation "
         f"+{d['grad_accum_bytes_per_param']:g} B/param; ZeRO-1 as all-reduce "
         f"{onoff(d['zero1_allreduce'])}",
+        f"           framework {d['framework']}: gradients {d['grad_dtype']}, fp32 master "
+        f"weights {onoff(d['master_weights'])}, optimizer state "
+        f"{d['optimizer_state_bytes_per_param']:g} B/param",
         f"           profile {d['profile']} (fixed step overhead {1e3 * d['step_overhead_s']:.3g} ms)",
     ]
