@@ -121,6 +121,10 @@ def diagnose(trace: KinetoTrace, model: TransformerSpec, plan: Plan, prof: Profi
                      m.priced_s / m.wall_s, rows, [], comm, m.streams_s, m.step,
                      list(trace.notes))
     diag.gaps.extend(rank_gaps(diag, trace, prof, plan))
+    if prof.fingerprint.get("trace") == diag.trace:
+        diag.notes.append("the profile was fitted from this trace: per-family differences are "
+                          "the fit's residuals (noise between steps, costs a family model does "
+                          "not capture) and are not ranked as gaps")
     return diag, res, ops
 
 

@@ -5,9 +5,9 @@ Two kinds of gap are ranked together by the seconds they cost: *run* gaps (time 
 spends that a better configuration would not: exposed communication, host-bound time,
 operators outside the model) and *model* gaps (a family the profile prices faster or slower
 than this run measured: the what-if is to refit the profile from this trace). Exposed
-communication counts whole (an ideal step exposes none), whether or not the prediction for
-the same plan exposes it too; its what-if depends on how much of it could hide behind
-backward compute.
+communication and host time count whole (the time at stake: an ideal step exposes neither),
+whether or not the prediction for the same plan has them too; the what-if for exposed
+communication depends on how much of it could hide behind backward compute.
 """
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ from .trace_import import KinetoTrace
 Diagnosis = Any          # calibrate.doctor.Diagnosis (which imports this module)
 
 MIN_GAP_FRACTION = 0.01
+UNPRICED_WHATIF = {
+    "ddp bucket copy": "DistributedDataParallel(gradient_as_bucket_view=True): gradients live "
+                       "in the buckets, nothing is copied in and out",
+    "cat": "none in the run (the backward of a split, e.g. the fused QKV projection); the op "
+           "graph does not price it yet",
+}
 
 
 @dataclass(frozen=True)
@@ -95,19 +101,24 @@ def host_gap(d: Diagnosis, trace: KinetoTrace, prof: Profile) -> Gap | None:
         whatif = ("refit with `complexity calibrate --from-trace` (the profile then carries "
                   "host time per op)" if host_us_per_op(prof) == 0 else
                   "fewer, larger operators (fused kernels, torch.compile) or a larger micro-batch")
-    return Gap("host", row.gap_s, row.measured_s, row.predicted_s, expl, whatif)
+    return Gap("host", row.measured_s, row.measured_s, row.predicted_s, expl, whatif)
 
 
-def family_gaps(d: Diagnosis) -> list[Gap]:
+def family_gaps(d: Diagnosis, prof: Profile) -> list[Gap]:
+    """Unpriced operators; and, for a profile not fitted from this very trace, each family
+    the profile prices differently from this run (for one fitted from it, those differences
+    are the fit's own residuals: shown in the table, not ranked)."""
+    own = prof.fingerprint.get("trace") == d.trace
     out = []
     for r in d.rows:
-        if r.what in ("host", "comm exposed"):
+        if r.what in ("host", "comm exposed") or (own and not r.what.startswith("unpriced")):
             continue
         if r.what.startswith("unpriced: "):
             op = r.what.split(": ", 1)[1]
             out.append(Gap(r.what, r.gap_s, r.measured_s, 0.0,
                            f"operators the simulator does not price: {op} took {_ms(r.measured_s)}",
-                           "none in the run; the op graph would need this operator"))
+                           UNPRICED_WHATIF.get(op, "none in the run; the op graph does not "
+                                               "price this operator yet")))
             continue
         ratio = r.measured_s / r.predicted_s if r.predicted_s > 0 else float("inf")
         out.append(Gap(r.what, r.gap_s, r.measured_s, r.predicted_s,
@@ -121,6 +132,6 @@ def family_gaps(d: Diagnosis) -> list[Gap]:
 def rank_gaps(d: Diagnosis, trace: KinetoTrace, prof: Profile, plan: Plan) -> list[Gap]:
     """Gaps larger than MIN_GAP_FRACTION of the step, largest first."""
     gaps = [g for g in (comm_gap(d, trace, plan), host_gap(d, trace, prof)) if g is not None]
-    gaps += family_gaps(d)
+    gaps += family_gaps(d, prof)
     floor = MIN_GAP_FRACTION * d.measured_step_s
     return sorted((g for g in gaps if abs(g.gap_s) >= floor), key=lambda g: -abs(g.gap_s))

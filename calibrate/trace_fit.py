@@ -114,6 +114,20 @@ def inputs(trace: KinetoTrace, model: TransformerSpec | None, plan: Plan | None)
     return FitInputs(trace, [measure_step(trace, s) for s in steps], note, model, plan)
 
 
+def coef(f: FitResult, name: str, unit: str, source: str) -> Coefficient:
+    """``f.coefficient`` where the fit determined the value; a standard error as large as
+    the value (too few or too noisy points) is dropped and said so, so that writing the
+    profile does not round the value away."""
+    return guard(f.coefficient(name, unit, source))
+
+
+def guard(c: Coefficient) -> Coefficient:
+    if c.stderr is not None and not (c.stderr < abs(c.value)):
+        return replace(c, stderr=None, source=f"{c.source}; poorly determined: standard "
+                       f"error {c.stderr:.3g} >= value")
+    return c
+
+
 def _median_groups(ops: Sequence[OpRecord], gpu: bool) -> list[tuple[OpRecord, float, int]]:
     """(an op, median time, calls) per distinct (name, shapes, dtype, phase)."""
     groups: dict[tuple, list[OpRecord]] = {}
@@ -163,7 +177,7 @@ def fit_gemm_family(fi: FitInputs, base: Profile | None, out: Fitted) -> None:
         out.fits[f"gemm_{dt}"] = f
         s = src(fi, f"aten::mm/addmm/bmm {dt}", len(pts))
         if peak:
-            out.gemm[f"eff_max:{dt}"] = f.coefficient("eff_max", "fraction", s)
+            out.gemm[f"eff_max:{dt}"] = coef(f, "eff_max", "fraction", s)
         else:
             out.peaks[dt] = f.values["eff_max"]
             out.gemm[f"eff_max:{dt}"] = Coefficient(
@@ -171,8 +185,8 @@ def fit_gemm_family(fi: FitInputs, base: Profile | None, out: Fitted) -> None:
                 f"asymptote {f.values['eff_max'] * 1e3:.1f} GFLOP/s; {s}", None,
                 f.heldout_mape_pct)
         if "k_half" not in out.gemm:
-            out.gemm["k_half"] = f.coefficient("k_half", "elements", s)
-            out.gemm["launch_us"] = f.coefficient("launch_us", "us", s)
+            out.gemm["k_half"] = coef(f, "k_half", "elements", s)
+            out.gemm["launch_us"] = coef(f, "launch_us", "us", s)
 
 
 # ---- attention ----------------------------------------------------------------------------
@@ -212,7 +226,7 @@ def fit_attention_family(fi: FitInputs, peak_tflops: float, launch_us: float,
         out.fits[name] = f
         s = src(fi, "fused SDPA " + ("backward" if bwd else "forward"), len(pts),
                 f"fraction of peak {peak_tflops * 1e3:.1f} GFLOP/s")
-        out.attention[f"{'bwd' if bwd else 'fwd'}:{dt}"] = f.coefficient("eff", "fraction", s)
+        out.attention[f"{'bwd' if bwd else 'fwd'}:{dt}"] = coef(f, "eff", "fraction", s)
 
 
 # ---- bandwidth-bound families ---------------------------------------------------------------
@@ -224,22 +238,35 @@ def shape_bytes(op: OpRecord) -> float:
 
 
 def fit_memory_launch(fi: FitInputs, out: Fitted) -> float:
-    """The fixed cost of one bandwidth-bound operator (intercept of time vs bytes over every
-    distinct memory operator of the trace); returns the fitted GB/s of that mix."""
-    pts = []
+    """The fixed cost of one bandwidth-bound operator: per family with three or more
+    distinct shapes, ``fit_memory`` of time vs bytes from shapes; the median of those
+    intercepts, never more than half the fastest memory operator of the trace (a fixed cost
+    cannot exceed the whole of the shortest call). Returns the bandwidth (GB/s) of all
+    bandwidth-bound operators together (bytes over time, launches taken out)."""
+    launches, fastest, total_b, total_t, n = [], float("inf"), 0.0, 0.0, 0
     for fam in MEMORY_FAMILIES:
-        for op, t, _ in _median_groups(fi.ops(fam), fi.gpu):
-            b = shape_bytes(op)
-            if b > 0:
-                pts.append(MemPoint(b, t))
-    if len(pts) < 3:
-        out.notes.append(f"memory: {len(pts)} distinct bandwidth-bound shapes (< 3): not fitted")
+        groups = _median_groups(fi.ops(fam), fi.gpu)
+        pts = [MemPoint(shape_bytes(op), t) for op, t, _ in groups if shape_bytes(op) > 0]
+        for (op, t, calls), p in zip(groups, pts):
+            fastest = min(fastest, t)
+            total_b, total_t, n = total_b + calls * p.bytes_moved, total_t + calls * t, n + calls
+        if len(pts) >= 3:
+            f = fit_memory(pts, 1.0, bw_eff_upper=BIG)
+            out.fits[f"memory_ops_{fam}"] = f
+            launches.append(f.values["launch_us"])
+    if n == 0:
+        out.notes.append("memory: no bandwidth-bound operators in the trace")
         return 0.0
-    f = fit_memory(pts, 1.0, bw_eff_upper=BIG)
-    out.fits["memory_ops"] = f
-    out.memory_launch = f.coefficient("launch_us", "us", src(
-        fi, "bandwidth-bound operators, time vs bytes read and written", len(pts)))
-    return f.values["bw_eff"]
+    cap = 0.5 * fastest * 1e6
+    launch = min(statistics.median(launches), cap) if launches else cap
+    how = (f"median of the intercepts of {len(launches)} families "
+           f"({', '.join(f'{x:.2f}' for x in launches)} us), at most half the fastest memory "
+           f"operator ({fastest * 1e6:.2f} us)" if launches else
+           f"no family with 3 distinct shapes: half the fastest memory operator "
+           f"({fastest * 1e6:.2f} us)")
+    out.memory_launch = Coefficient(launch, "us", src(fi, "bandwidth-bound operators, time vs "
+                                                      "bytes read and written: " + how, n))
+    return total_b / max(total_t - n * launch * 1e-6, 1e-12) / 1e9
 
 
 def _family_points(fi: FitInputs, fam: str) -> tuple[list[MemPoint], str]:
@@ -265,10 +292,13 @@ def fit_memory_families(fi: FitInputs, mem_bw: float, launch_us: float, out: Fit
         if not pts:
             continue
         f = fit_memory(pts, mem_bw, fixed={"launch_us": launch_us}, bw_eff_upper=BIG)
+        if f.values["bw_eff"] <= 2e-4:            # at the bound: launches explain it all
+            out.notes.append(f"memory {fam}: its time is no more than its launches; not fitted")
+            continue
         out.fits[f"memory_{fam}"] = f
         s = (f"fitted from trace {Path(fi.trace.path).name} ({fam}: {how}; {len(pts)} points "
              f"from {fi.steps_note}; relative to {mem_bw:.2f} GB/s, launch {launch_us:.2f} us)")
-        out.kind_eff[fam] = f.coefficient("bw_eff", "fraction", s)
+        out.kind_eff[fam] = coef(f, "bw_eff", "fraction", s)
 
 
 # ---- host time per op -----------------------------------------------------------------------
@@ -354,6 +384,8 @@ def fit_links(fi: FitInputs, base_link, link_bw: float | None, out: Fitted, kind
          + (f"; {', '.join(sorted(fixed))} kept from the base profile or assumed 0" if fixed
             else "") + ")")
     lc = link_coefficients(f, s)
+    lc = replace(lc, alpha_us=guard(lc.alpha_us), small_bw_eff=guard(lc.small_bw_eff),
+                 base_us=guard(lc.base_us), bw_eff=guard(lc.bw_eff))
     if not link_bw:                       # new host: the link's bandwidth is the fitted rate
         out.link_bw_gbytes_per_s = f.values["bw_eff"]
         lc = replace(lc, bw_eff=Coefficient(1.0, "fraction", "1.0 by construction: link "
@@ -385,6 +417,6 @@ def fit_overlap_family(fi: FitInputs, out: Fitted) -> None:
         return
     f = fit_interference(pts)
     out.fits["interference"] = f
-    out.overlap = f.coefficient("slowdown", "multiplier", (
+    out.overlap = coef(f, "slowdown", "multiplier", (
         f"fitted from trace {Path(fi.trace.path).name} ({len(pts)} operator shapes timed both "
         f"alone and while a collective ran, median each, {fi.steps_note})"))

@@ -23,8 +23,8 @@ from .store import PressureMeter
 
 META_KEY = "complexity"
 WARMUP_STEPS = 1          # one profiled-but-discarded step (the profiler's own warm-up)
-COST_OPS = 2000           # operators per round of the profiler-cost microbenchmark
-COST_ROUNDS = 5
+COST_OPS = 1000           # operators per round of the profiler-cost microbenchmark
+COST_ROUNDS = 9
 
 
 def rank_path(path: str | Path, rank: int) -> Path:
@@ -49,11 +49,12 @@ def _activities():
     return acts
 
 
-def profiler_cost_s_per_event() -> float:
+def profiler_cost_s_per_event() -> float | None:
     """What the profiler adds per recorded operator (``record_shapes=True``): a loop of
     ``COST_OPS`` small ``torch.add`` calls timed with and without it (fastest of
-    ``COST_ROUNDS`` rounds each), divided by the events the profiled loop recorded. The
-    trace fit takes ``events x this`` out of a traced step's host time."""
+    ``COST_ROUNDS`` interleaved rounds each), divided by the events the profiled loop
+    recorded; None when other load hid the difference. The trace fit takes
+    ``events x this`` out of a traced step's host time."""
     import torch
     from torch.profiler import profile
     a, b = torch.ones(16), torch.ones(16)
@@ -69,7 +70,8 @@ def profiler_cost_s_per_event() -> float:
         with profile(activities=_activities(), record_shapes=True) as prof:
             traced.append(loop())
         events = max(events, len(prof.events()))
-    return max(0.0, min(traced) - min(plain)) / max(events, 1)
+    cost = (min(traced) - min(plain)) / max(events, 1)
+    return cost if cost > 0 else None
 
 
 def record_trace(step: Callable[[], Any], n_steps: int, path: str | Path,
