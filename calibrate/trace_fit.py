@@ -164,6 +164,8 @@ def gemm_points(fi: FitInputs) -> dict[str, list[GemmPoint]]:
 def fit_gemm_family(fi: FitInputs, base: Profile | None, out: Fitted) -> None:
     dev = base.device if base else None
     for dt, pts in sorted(gemm_points(fi).items()):
+        if fi.gpu and dt == "fp32" and dev is not None and dev.peak_tflops.get("tf32"):
+            dt = "tf32"           # fp32 matmuls on tensor cores (allow_tf32 / cuBLAS tensor-op)
         if len(pts) < 3:
             out.notes.append(f"GEMM {dt}: {len(pts)} distinct shapes in the trace (< 3): not fitted")
             continue
@@ -364,25 +366,29 @@ def link_points(fi: FitInputs) -> list:
 
 
 def fit_links(fi: FitInputs, base_link, link_bw: float | None, out: Fitted, kind: str) -> None:
-    """``fit_link`` on the collectives' own executions: all four coefficients with four or
-    more distinct sizes, else ``bw_eff`` alone with the others kept (base) or assumed 0."""
+    """``fit_link`` on the collectives' own executions. With a base link only ``bw_eff`` is
+    fitted (the others kept): a collective's recorded time includes waiting for the slowest
+    rank, which a per-message latency fitted from one trace would absorb. Without one (a
+    new host), all four with four or more distinct sizes, else ``bw_eff`` with the others
+    assumed 0."""
     from .fit import fit_link, link_coefficients
     pts = link_points(fi)
     if not pts:
         return
     sizes = {(p.op, p.size_bytes) for p in pts}
     fixed = {}
-    if len(sizes) < 4:
-        fixed = ({"alpha_us": base_link.alpha_us.value, "small_bw_eff": base_link.small_bw_eff.value,
-                  "base_us": base_link.base_us.value} if base_link is not None and link_bw
-                 else {"alpha_us": 0.0, "small_bw_eff": 1e-4, "base_us": 0.0})
+    if base_link is not None and link_bw:
+        fixed = {"alpha_us": base_link.alpha_us.value, "small_bw_eff": base_link.small_bw_eff.value,
+                 "base_us": base_link.base_us.value}
+    elif len(sizes) < 4:
+        fixed = {"alpha_us": 0.0, "small_bw_eff": 1e-4, "base_us": 0.0}
     bw = link_bw or 1.0
     f = fit_link(pts, bw, 0.0, 1.0, fixed=fixed, eff_upper=1.0 if link_bw else BIG)
     out.fits[f"link_{kind}"] = f
     s = (f"fitted from trace {Path(fi.trace.path).name} ({len(pts)} {fi.trace.backend or ''} "
          f"collective executions, {len(sizes)} distinct sizes, from {fi.steps_note}"
-         + (f"; {', '.join(sorted(fixed))} kept from the base profile or assumed 0" if fixed
-            else "") + ")")
+         + (f"; {', '.join(sorted(fixed))} " + ("kept from the base profile" if link_bw
+                                                 else "assumed 0") if fixed else "") + ")")
     lc = link_coefficients(f, s)
     lc = replace(lc, alpha_us=guard(lc.alpha_us), small_bw_eff=guard(lc.small_bw_eff),
                  base_us=guard(lc.base_us), bw_eff=guard(lc.bw_eff))

@@ -97,8 +97,8 @@ def resolve_base(trace: KinetoTrace, profile_path: str | None, gpu: str | None) 
         raise InvalidInputError("gpu", trace.device, "a GPU this tool knows (pass --gpu KEY or "
                                 "--profile PROFILE.json; `complexity list gpus`)")
     import hardware_db
-    return Base(hardware_db.load_profile(key), hardware_db.load_gpu(key), None,
-                f"shipped reference profile {key}")
+    return Base(hardware_db.load_profile(key), hardware_db.load_gpu(key),
+                hardware_db.default_node_for_gpu(key), f"shipped reference profile {key}")
 
 
 def calibrate_from_trace(trace_path: str | Path, out_dir: str | Path,
@@ -233,7 +233,8 @@ def assemble(trace: KinetoTrace, base: Base, out: Fitted, mem_bw: float, steps_n
     informed = tuple(sorted(out.fits))
     kept = _mark_kept(prof, p, name, base.name) if base.profile else ()
     prof = kept[0] if kept else prof
-    dev, node = (_new_device(trace, out, mem_bw) if new else (base.profile.device, base.node))
+    dev, node = (_new_device(trace, out, mem_bw) if new else
+                 (base.profile.device, base.profile.node))
     n_ops = sum(1 for o in trace.ops if o.family != "other")
     fp = {"builder": "calibrate.trace_profile", "trace": name, "steps": steps_note,
           "threads": str(trace.meta.get("threads_per_process", "")),
