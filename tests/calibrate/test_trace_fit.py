@@ -168,3 +168,47 @@ def test_gpu_names_map_to_hardware_db():
     assert match_gpu("NVIDIA A100-SXM4-80GB") == "a100-sxm-80gb"
     assert match_gpu("NVIDIA H100 PCIe") == "h100-pcie"
     assert match_gpu("Some Accelerator") is None
+
+
+def test_gpu_gemm_fit_recovers_efficiency_from_kernel_times(tmp_path: Path):
+    """H100 bf16 kernels timed by the simulator's own GEMM model (waves, k saturation,
+    launch) at a chosen efficiency: the fit against the datasheet peak recovers it."""
+    from dataclasses import replace
+
+    import hardware_db
+    from simulator.cost.kernels import gemm_time_s
+    gpu, ref = hardware_db.load_gpu("h100-sxm"), hardware_db.load_profile("h100-sxm")
+    eff = 0.6
+    prof = replace(ref, gemm=replace(ref.gemm, eff_max={"bf16": replace(
+        ref.gemm.eff_max["bf16"], value=eff)}))
+    tr = Trace(gpu_name="NVIDIA H100 80GB HBM3")
+    shapes = [(4096, 4096, 1024), (8192, 2048, 4096), (2048, 8192, 8192), (16384, 4096, 512),
+              (4096, 12288, 4096), (1024, 1024, 2048), (8192, 8192, 256)]
+    for i in range(1, 4):
+        start = tr.t
+        for m, n, k in shapes:
+            us = gemm_time_s(m, n, k, "bf16", gpu, prof) * 1e6
+            tr.leaf("aten::mm", 10.0, [(m, k), (k, n)], kernel_us=us, gap=20.0,
+                    dtype="c10::BFloat16")
+            tr.t = max(tr.t, tr.gpu_t)
+        tr.step(i, start, tr.t + 5.0)
+    res = calibrate_from_trace(tr.write(tmp_path / "h.json"), tmp_path / "out")
+    f = res.fitted.fits["gemm_bf16"]
+    assert f.values["eff_max"] == pytest.approx(eff, rel=1e-3)
+    assert f.values["k_half"] == pytest.approx(ref.gemm.k_half.value, rel=1e-2)
+    assert res.profile.device_key == "h100-sxm" and res.profile.device is None
+    assert res.fitted.host_us_per_op is None            # GPU: host time reported, not folded
+    assert res.profile.attention.fwd_eff["bf16"].source.startswith("not informed by trace")
+
+
+def test_calibrate_from_a_recorded_gpu_ddp_trace():
+    """HTA's 2-rank A100 DDP trace (no shapes recorded): the NCCL link's bandwidth is
+    fitted, every compute coefficient is kept from the shipped A100 profile and says so."""
+    hta = Path(__file__).parent / "data" / "hta"
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        res = calibrate_from_trace(hta / "nccl_data_one_step.json.gz", tmp)
+    assert res.profile.device_key.startswith("a100")
+    assert "link_nvlink" in res.fitted.fits
+    assert res.profile.links["nvlink"].bw_eff.source.startswith("fitted from trace")
+    assert res.profile.gemm.k_half.source.startswith("not informed by trace")
