@@ -116,9 +116,10 @@ def diagnose(trace: KinetoTrace, model: TransformerSpec, plan: Plan, prof: Profi
                                           sum(1 for c in trace.comms if c.step == m.step)),
             **{f"measured_{k}_s": v for k, v in m.comm_by_op.items()}}
     mapped = m.priced_s + m.host_s + m.comm_exposed_s
+    wall = max(m.wall_s, 1e-12)
     diag = Diagnosis(Path(trace.path).name, f"step {m.step} of {note}", m.wall_s,
-                     median_wall_s(measures), res.step_time_s, min(1.0, mapped / m.wall_s),
-                     m.priced_s / m.wall_s, rows, [], comm, m.streams_s, m.step,
+                     median_wall_s(measures), res.step_time_s, min(1.0, mapped / wall),
+                     m.priced_s / wall, rows, [], comm, m.streams_s, m.step,
                      list(trace.notes))
     diag.gaps.extend(rank_gaps(diag, trace, prof, plan))
     if prof.fingerprint.get("trace") == diag.trace:

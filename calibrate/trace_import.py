@@ -31,6 +31,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -431,10 +432,13 @@ def load_trace(path: str | Path) -> KinetoTrace:
     ops, comms, kernels = _assemble(walks, device, steps, t0)
     notes = () if steps else ("no ProfilerStep# annotations: the whole trace is one step",)
     if not steps:
-        lo = min(o.ts_s for o in ops) if ops else 0.0
-        hi = max(o.end_s for o in ops) if ops else 0.0
-        steps = (StepWindow(0, "whole trace", lo, hi),)
+        if not ops:
+            raise _bad(Path(path), "no operators and no ProfilerStep# annotations")
+        steps = (StepWindow(0, "whole trace", min(o.ts_s for o in ops),
+                            max(o.end_s for o in ops)),)
         ops = tuple(_restep(o, steps) for o in ops)
+        comms = tuple(_restep(c, steps) for c in comms)
+        kernels = tuple(_restep(k, steps) for k in kernels)
     dist = data.get("distributedInfo") or {}
     counts = [0] * len(steps)
     for e in host:
@@ -447,13 +451,14 @@ def load_trace(path: str | Path) -> KinetoTrace:
 
 
 def _tid(e: Mapping[str, Any]) -> int:
+    """Thread id; a named thread (some exporters write strings) gets a stable number."""
     try:
         return int(e.get("tid", 0))
     except (TypeError, ValueError):
-        return hash(str(e.get("tid"))) % (1 << 31)
+        return zlib.crc32(str(e.get("tid")).encode()) & 0x7FFFFFFF
 
 
-def _restep(o: OpRecord, steps: Sequence[StepWindow]) -> OpRecord:
+def _restep(o, steps: Sequence[StepWindow]):
     from dataclasses import replace
     return replace(o, step=_step_of(o.ts_s, steps))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 SHAPES = {"tiny-2l-128": (8, 128), "small-4l-256": (4, 256), "small-6l-512": (2, 512)}
 NO_OVERLAP = ("small-6l-512", 2, 512, 1000)
-TRIES = 3
+TRIES = 2
 
 
 def record(model, nproc, mb, seq, profile, trace, reuse, bucket=25):
@@ -31,7 +31,7 @@ def record(model, nproc, mb, seq, profile, trace, reuse, bucket=25):
             return meta["unprofiled_median_step_s"], meta["unprofiled_clean_steps"]
     for _ in range(TRIES):
         r = validate_run(model, profile, nproc=nproc, micro_batch=mb, seq_len=seq, steps=10,
-                         warmup=3, wait_quiet_s=300, trace_out=trace, bucket_cap_mb=bucket)
+                         warmup=3, wait_quiet_s=90, trace_out=trace, bucket_cap_mb=bucket)
         if r.measured.clean:
             break
     return r.measured_step_time_s, r.measured.n_clean
