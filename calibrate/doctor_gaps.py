@@ -49,6 +49,7 @@ def host_us_per_op(prof: Profile, key: str = HOST_FOLDED_KEY) -> float:
         return 0.0
 SMALL_BUCKET_BYTES = 4e6          # mean collective below this, several per step: latency-bound
 MANY_COLLECTIVES = 8
+BUCKETS_TO_OVERLAP = 4            # what-if: this many buckets, all but the last hide
 
 
 def _mb(x: float) -> str:
@@ -78,8 +79,10 @@ def comm_gap(d: Diagnosis, trace: KinetoTrace, plan: Plan) -> Gap | None:
         whatif = (f"larger DDP buckets (bucket_cap_mb 25 instead of ~{size / 2 ** 20:.0f}): "
                   "fewer collectives, less fixed latency per step")
     elif hideable >= 0.5 * exposed:
-        whatif = ("overlap the reduction with backward: DDP buckets of 25 MB (bucket_cap_mb=25, "
-                  "not one bucket after backward), or --overlap-grad-reduce in Megatron")
+        cap = max(1, round(size * n / BUCKETS_TO_OVERLAP / 2 ** 20))
+        whatif = (f"overlap the reduction with backward: smaller DDP buckets (bucket_cap_mb="
+                  f"{cap}, ~{BUCKETS_TO_OVERLAP} buckets) so reduction starts while backward "
+                  "runs, or --overlap-grad-reduce in Megatron")
     else:
         whatif = ("more compute per step to hide it behind (larger micro-batch or gradient "
                   "accumulation), a faster link, or gradient compression "
