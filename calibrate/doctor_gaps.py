@@ -78,6 +78,11 @@ def comm_gap(d: Diagnosis, trace: KinetoTrace, plan: Plan) -> Gap | None:
     if n >= MANY_COLLECTIVES and 0 < size < SMALL_BUCKET_BYTES:
         whatif = (f"larger DDP buckets (bucket_cap_mb 25 instead of ~{size / 2 ** 20:.0f}): "
                   "fewer collectives, less fixed latency per step")
+    elif hideable >= 0.5 * exposed and n >= BUCKETS_TO_OVERLAP:
+        whatif = (f"{int(n)} buckets, yet they reduce after backward: look for a slower rank "
+                  "(collectives wait for it; compare the ranks' traces) or gradients that "
+                  "become ready only at the end of backward (DDP static_graph=True keeps the "
+                  "ready order)")
     elif hideable >= 0.5 * exposed:
         cap = max(1, round(size * n / BUCKETS_TO_OVERLAP / 2 ** 20))
         whatif = (f"overlap the reduction with backward: smaller DDP buckets (bucket_cap_mb="

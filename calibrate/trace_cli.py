@@ -1,9 +1,10 @@
 """CLI for the trace loop: ``calibrate --from-trace`` flags and the ``doctor`` command.
 
 Model and plan: ``--model`` (preset or HuggingFace config.json), ``--micro-batch``,
-``--seq-len``, ``--nproc`` (data-parallel ranks) and ``--bucket-cap-mb``, as validate-run
-runs them (fp32, fused SDPA attention, AdamW, DDP over the ranks); each defaults to what a
-trace recorded by ``validate-run --trace-out`` says about its run.
+``--seq-len``, ``--nproc`` (data-parallel ranks), ``--bucket-cap-mb`` and ``--precision``,
+as validate-run runs them (fused SDPA attention, AdamW, DDP over the ranks, one pipeline
+stage, no tensor parallelism); each defaults to what a trace recorded by
+``validate-run --trace-out`` says about its run.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, default=None, help="sequence length")
     p.add_argument("--nproc", type=int, default=None, help="data-parallel ranks")
     p.add_argument("--bucket-cap-mb", type=int, default=None, help="DDP bucket_cap_mb")
+    p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16", "fp8"],
+                   help="training precision (default fp32, as validate-run trains)")
 
 
 def run_from(args: argparse.Namespace, meta: Mapping[str, Any], required: bool):
@@ -42,7 +45,11 @@ def run_from(args: argparse.Namespace, meta: Mapping[str, Any], required: bool):
     nproc = args.nproc or int(meta.get("nproc", 1))
     bucket = args.bucket_cap_mb or int(meta.get("bucket_cap_mb", DDP_BUCKET_MB))
     rs = run_spec(model, nproc, mb, int(seq), 1, 0, None, bucket)
-    return rs, plan_for(rs)
+    plan = plan_for(rs)
+    if getattr(args, "precision", None):
+        from dataclasses import replace
+        plan = replace(plan, precision=args.precision)
+    return rs, plan
 
 
 def _meta(path: str) -> Mapping[str, Any]:
