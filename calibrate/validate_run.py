@@ -25,7 +25,7 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
@@ -46,6 +46,7 @@ CLEAN_PRESSURE_1 = 0.10
 CLEAN_PRESSURE_DDP = 0.30
 MAX_STEP_FACTOR = 4
 TRACE_STEPS = 5           # --trace-out profiles at most this many steps after the timed ones
+TRACE_WAIT_QUIET_S = 30.0  # ... after waiting up to this long for other load to stop
 
 
 class RunError(ComplexityError):
@@ -64,6 +65,7 @@ class RunSpec:
     threads: int
     trace_out: str = ""                    # also record a Kineto trace here (trace_record)
     bucket_cap_mb: int = DDP_BUCKET_MB      # DDP bucket_cap_mb
+    trace_wait_s: float = 0.0              # wait this long for quiet before the trace
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,8 @@ def _trace(rs: RunSpec, rank: int, step, rec: Mapping[str, Any]) -> None:
             "nproc": rs.nproc, "rank": rank, "threads_per_process": rs.threads,
             "bucket_cap_mb": rs.bucket_cap_mb, "optimizer": rec["optimizer"],
             "unprofiled_median_step_s": s.median_s, "unprofiled_clean_steps": s.n_clean}
+    if rs.trace_wait_s > 0:                  # the traced steps, too, away from other load
+        wait_quiet(rs.trace_wait_s, clean_threshold(rs.nproc))
     record_trace(step, min(rs.steps, TRACE_STEPS), rank_path(rs.trace_out, rank), meta)
 
 
@@ -390,6 +394,7 @@ def validate_run(model: str, profile: str | Path, nproc: int = 1, micro_batch: i
     """Measure and predict one training step; everything the CLI prints. ``trace_out``:
     also write a Kineto trace of a few steps run after the timed ones."""
     rs = run_spec(model, nproc, micro_batch, seq_len, steps, warmup, trace_out, bucket_cap_mb)
+    rs = replace(rs, trace_wait_s=min(wait_quiet_s, TRACE_WAIT_QUIET_S))
     if not (wait_quiet_s >= 0):
         raise InvalidInputError("wait_quiet", wait_quiet_s, "seconds >= 0")
     prof, prof_path, notes = load_profile(profile, rs.threads)

@@ -22,19 +22,26 @@ NO_OVERLAP = ("small-6l-512", 2, 512, 1000)
 TRIES = 2
 
 
+def clean(trace) -> bool:
+    """At least 3 clean timed steps and 2 clean traced steps (host CPU pressure)."""
+    from calibrate.trace_import import read_json
+    from calibrate.trace_stats import CLEAN_PRESSURE
+    meta = read_json(trace).get("complexity", {})
+    traced = sum(s["pressure"] <= CLEAN_PRESSURE for s in meta.get("traced_steps", []))
+    return meta.get("unprofiled_clean_steps", 0) >= 3 and traced >= 2
+
+
 def record(model, nproc, mb, seq, profile, trace, reuse, bucket=25):
     from calibrate.trace_import import read_json
     from calibrate.validate_run import validate_run
-    if reuse and trace.is_file():
-        meta = read_json(trace).get("complexity", {})
-        if meta.get("unprofiled_clean_steps", 0) >= 3:
-            return meta["unprofiled_median_step_s"], meta["unprofiled_clean_steps"]
-    for _ in range(TRIES):
-        r = validate_run(model, profile, nproc=nproc, micro_batch=mb, seq_len=seq, steps=10,
+    if not (reuse and trace.is_file() and clean(trace)):
+        for _ in range(TRIES):
+            validate_run(model, profile, nproc=nproc, micro_batch=mb, seq_len=seq, steps=10,
                          warmup=3, wait_quiet_s=90, trace_out=trace, bucket_cap_mb=bucket)
-        if r.measured.clean:
-            break
-    return r.measured_step_time_s, r.measured.n_clean
+            if clean(trace):
+                break
+    meta = read_json(trace)["complexity"]
+    return meta["unprofiled_median_step_s"], meta["unprofiled_clean_steps"]
 
 
 def loop(nproc, profile, d, reuse):
