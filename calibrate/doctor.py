@@ -7,7 +7,7 @@ overlapped, per GPU stream where the trace has kernels. Gaps are ranked by size,
 one-line explanation and the what-if that would close it.
 
 ``explained_fraction`` = (time of the families the simulator prices + host dispatch time +
-exposed communication) / measured step: the share of the measured step the table maps onto
+exposed communication + the profiler's own cost) / measured step: the share of the measured step the table maps onto
 something the simulator prices (host time per op included: on a CPU it is folded into the
 launch costs of a trace-fitted profile). ``priced_fraction`` leaves host time out. What is
 left is operators the simulator does not price and time no operator covers on the device.
@@ -32,8 +32,18 @@ from .doctor_gaps import Gap, host_us_per_op, rank_gaps
 from .trace_fit import HOST_GEMM_FOLDED_KEY
 from .sim_ops import SimOp, predicted_family_s, step_ops
 from .trace_import import SIM_FAMILIES, KinetoTrace, load_trace
-from .trace_stats import StepMeasure, clean_steps, measure_step, median_wall_s, representative
+from .trace_stats import (
+    StepMeasure,
+    clean_steps,
+    event_cost,
+    measure_step,
+    median_wall_s,
+    representative,
+)
 
+
+
+PROFILER_ROW = "profiler (tracing)"
 
 
 @dataclass(frozen=True)
@@ -90,13 +100,16 @@ def _rows(m: StepMeasure, fam_pred: dict[str, float], host_pred: float, comm_pre
     rows.append(Row("comm exposed", m.comm_exposed_s, comm_pred))
     rows += [Row(f"unpriced: {k}", v, 0.0) for k, v in sorted(m.other_s.items(),
                                                               key=lambda kv: -kv[1]) if v > 0]
+    if m.profiler_s > 0:
+        rows.append(Row(PROFILER_ROW, m.profiler_s, 0.0))
     return rows
 
 
 def diagnose(trace: KinetoTrace, model: TransformerSpec, plan: Plan, prof: Profile,
              cluster: ClusterSpec) -> tuple[Diagnosis, Any, list[SimOp]]:
     steps, note = clean_steps(trace)
-    measures = [measure_step(trace, s) for s in steps]
+    cost, how = (0.0, "") if trace.has_gpu else event_cost(trace, steps)
+    measures = [measure_step(trace, s, cost) for s in steps]
     m = representative(measures)
     res = simulate(model, plan, cluster, prof, keep_timeline=True)
     ops = step_ops(model, plan)
@@ -115,12 +128,13 @@ def diagnose(trace: KinetoTrace, model: TransformerSpec, plan: Plan, prof: Profi
                                               and c.where == "device") or
                                           sum(1 for c in trace.comms if c.step == m.step)),
             **{f"measured_{k}_s": v for k, v in m.comm_by_op.items()}}
-    mapped = m.priced_s + m.host_s + m.comm_exposed_s
+    mapped = m.priced_s + m.host_s + m.comm_exposed_s + m.profiler_s
     wall = max(m.wall_s, 1e-12)
     diag = Diagnosis(Path(trace.path).name, f"step {m.step} of {note}", m.wall_s,
                      median_wall_s(measures), res.step_time_s, min(1.0, mapped / wall),
                      m.priced_s / wall, rows, [], comm, m.streams_s, m.step,
-                     list(trace.notes))
+                     list(trace.notes) + ([f"the profiler's own cost is its own row: {how}"]
+                                          if m.profiler_s > 0 else []))
     diag.gaps.extend(rank_gaps(diag, trace, prof, plan))
     if prof.fingerprint.get("trace") == diag.trace:
         diag.notes.append("the profile was fitted from this trace: per-family differences are "

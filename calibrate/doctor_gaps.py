@@ -119,7 +119,8 @@ def family_gaps(d: Diagnosis, prof: Profile) -> list[Gap]:
     own = prof.fingerprint.get("trace") == d.trace
     out = []
     for r in d.rows:
-        if r.what in ("host", "comm exposed") or (own and not r.what.startswith("unpriced")):
+        if r.what in ("host", "comm exposed", "profiler (tracing)") or (
+                own and not r.what.startswith("unpriced")):
             continue
         if r.what.startswith("unpriced: "):
             op = r.what.split(": ", 1)[1]

@@ -48,7 +48,7 @@ from .fit import (
 )
 from .sim_ops import family_totals, launches_per_step, step_ops
 from .trace_import import KinetoTrace, OpRecord, numel
-from .trace_stats import StepMeasure, clean_steps, measure_step, op_time_s
+from .trace_stats import StepMeasure, clean_steps, event_cost, measure_step, op_time_s
 
 BIG = 1e4
 # fingerprint keys of a trace-fitted profile: host time per launch folded into the launch costs
@@ -76,15 +76,20 @@ class FitInputs:
     steps_note: str
     model: TransformerSpec | None = None
     plan: Plan | None = None
+    event_cost_s: float = 0.0              # the profiler's cost per recorded event
+    event_note: str = ""
 
     @property
     def gpu(self) -> bool:
         return self.trace.has_gpu
 
+    def t(self, op: OpRecord) -> float:
+        return op_time_s(op, self.gpu, self.event_cost_s)
+
     def ops(self, family: str) -> list[OpRecord]:
         idx = {m.step for m in self.measures}
         return [o for o in self.trace.ops if o.family == family and o.step in idx
-                and op_time_s(o, self.gpu) > 0]
+                and self.t(o) > 0]
 
 
 @dataclass
@@ -111,7 +116,9 @@ def inputs(trace: KinetoTrace, model: TransformerSpec | None, plan: Plan | None)
     steps, note = clean_steps(trace)
     if not steps:
         raise InvalidInputError("trace", trace.path, "a trace with at least one step")
-    return FitInputs(trace, [measure_step(trace, s) for s in steps], note, model, plan)
+    cost, how = (0.0, "") if trace.has_gpu else event_cost(trace, steps)
+    return FitInputs(trace, [measure_step(trace, s, cost) for s in steps], note, model, plan,
+                     cost, how)
 
 
 def coef(f: FitResult, name: str, unit: str, source: str) -> Coefficient:
@@ -128,12 +135,12 @@ def guard(c: Coefficient) -> Coefficient:
     return c
 
 
-def _median_groups(ops: Sequence[OpRecord], gpu: bool) -> list[tuple[OpRecord, float, int]]:
+def _median_groups(ops: Sequence[OpRecord], fi: "FitInputs") -> list[tuple[OpRecord, float, int]]:
     """(an op, median time, calls) per distinct (name, shapes, dtype, phase)."""
     groups: dict[tuple, list[OpRecord]] = {}
     for o in ops:
         groups.setdefault((o.name, o.shapes, o.dtype, o.phase, o.concrete), []).append(o)
-    return [(g[0], statistics.median(op_time_s(o, gpu) for o in g), len(g))
+    return [(g[0], statistics.median(fi.t(o) for o in g), len(g))
             for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))]
 
 
@@ -147,7 +154,7 @@ def src(fi: FitInputs, what: str, n: int, extra: str = "") -> str:
 # ---- GEMM ---------------------------------------------------------------------------------
 def gemm_points(fi: FitInputs) -> dict[str, list[GemmPoint]]:
     out: dict[str, list[GemmPoint]] = {}
-    for op, t, _ in _median_groups(fi.ops("gemm"), fi.gpu):
+    for op, t, _ in _median_groups(fi.ops("gemm"), fi):
         base = op.name.split("::")[-1]
         if base not in GEMM_OPS or len(op.shapes) < 2:
             continue
@@ -214,7 +221,7 @@ def fit_attention_family(fi: FitInputs, peak_tflops: float, launch_us: float,
                          out: Fitted) -> None:
     rows: dict[bool, list[AttnPoint]] = {False: [], True: []}
     dts = set()
-    for op, t, _ in _median_groups(fi.ops("attention"), fi.gpu):
+    for op, t, _ in _median_groups(fi.ops("attention"), fi):
         f = attention_flops(op)
         if f:
             rows[op.name.endswith("_backward")].append(AttnPoint(f, t))
@@ -247,7 +254,7 @@ def fit_memory_launch(fi: FitInputs, out: Fitted) -> float:
     bandwidth-bound operators together (bytes over time, launches taken out)."""
     launches, fastest, total_b, total_t, n = [], float("inf"), 0.0, 0.0, 0
     for fam in MEMORY_FAMILIES:
-        groups = _median_groups(fi.ops(fam), fi.gpu)
+        groups = _median_groups(fi.ops(fam), fi)
         pts = [MemPoint(shape_bytes(op), t) for op, t, _ in groups if shape_bytes(op) > 0]
         for (op, t, calls), p in zip(groups, pts):
             fastest = min(fastest, t)
@@ -284,7 +291,7 @@ def _family_points(fi: FitInputs, fam: str) -> tuple[list[MemPoint], str]:
         pts = [MemPoint(b, m.family_s[fam], max(1, n)) for m in fi.measures if m.family_s[fam] > 0]
         return pts, (f"family time per step against the simulator's {b / 1e6:.2f} MB and {n} "
                      f"launches per step for {fi.model.name}")
-    pts = [MemPoint(shape_bytes(op), t) for op, t, _ in _median_groups(fi.ops(fam), fi.gpu)]
+    pts = [MemPoint(shape_bytes(op), t) for op, t, _ in _median_groups(fi.ops(fam), fi)]
     return [p for p in pts if p.bytes_moved > 0], "bytes from recorded shapes (model unknown)"
 
 
@@ -304,16 +311,6 @@ def fit_memory_families(fi: FitInputs, mem_bw: float, launch_us: float, out: Fit
 
 
 # ---- host time per op -----------------------------------------------------------------------
-def profiler_overhead_s(fi: FitInputs) -> float:
-    """Per-step cost of the profiler itself: events recorded in the step times the cost per
-    event validate-run measured (``profiler_s_per_event``; 0 when the trace does not say)."""
-    per = fi.trace.meta.get("profiler_s_per_event")
-    counts = fi.trace.events_per_step
-    if not per or not counts:
-        return 0.0
-    return float(per) * statistics.median(counts[m.step] for m in fi.measures)
-
-
 def fit_host(fi: FitInputs, out: Fitted) -> None:
     """Host (and unpriced-operator) time per simulator launch, median over the steps, split
     into GEMM launches (host time that led to a GEMM) and all others; the profiler's own
@@ -330,19 +327,18 @@ def fit_host(fi: FitInputs, out: Fitted) -> None:
     if n_all <= 0:
         return
     gemm = statistics.median(m.host_by_family.get("gemm", 0.0) for m in fi.measures)
-    rest = statistics.median(m.wall_s - m.priced_s - m.comm_exposed_s for m in fi.measures)
-    prof = profiler_overhead_s(fi)
-    keep = max(0.0, rest - prof) / rest if rest > 0 else 0.0
-    g_us = gemm * keep / n_gemm * 1e6 if n_gemm else 0.0
-    m_us = max(0.0, rest - gemm) * keep / max(1, n_all - n_gemm) * 1e6
+    rest = statistics.median(m.host_s + m.unpriced_s for m in fi.measures)
+    prof = statistics.median(m.profiler_s for m in fi.measures)
+    g_us = gemm / n_gemm * 1e6 if n_gemm else 0.0
+    m_us = max(0.0, rest - gemm) / max(1, n_all - n_gemm) * 1e6
     out.host_us_per_op, out.host_us_per_gemm = m_us, g_us
     unpriced = statistics.median(m.unpriced_s for m in fi.measures)
     out.host_note = (f"host time per launch: {g_us:.2f} us per GEMM ({n_gemm} per step), "
-                     f"{m_us:.2f} us per other launch ({n_all - n_gemm}), {per}: step - priced "
-                     f"operators - exposed comm = {rest * 1e3:.3f} ms per step (of which "
-                     f"{gemm * 1e3:.3f} ms led to GEMMs and {unpriced * 1e3:.3f} ms are "
-                     f"operators the simulator does not price), less the profiler's own "
-                     f"{prof * 1e3:.3f} ms (events x measured cost per event)")
+                     f"{m_us:.2f} us per other launch ({n_all - n_gemm}), {per}: host time and "
+                     f"operators the simulator does not price {rest * 1e3:.3f} ms per step "
+                     f"({gemm * 1e3:.3f} ms of it led to GEMMs, {unpriced * 1e3:.3f} ms are "
+                     f"unpriced operators), after the profiler's own {prof * 1e3:.3f} ms per "
+                     f"step was taken out: {fi.event_note}")
 
 
 # ---- collectives and overlap ---------------------------------------------------------------
@@ -416,7 +412,7 @@ def fit_overlap_family(fi: FitInputs, out: Fitted) -> None:
             continue
         busy = any(a < o.end_s and o.ts_s < b for a, b in comm)
         g = groups.setdefault((o.name, o.shapes, o.phase), ([], []))
-        g[1 if busy else 0].append(op_time_s(o, fi.gpu))
+        g[1 if busy else 0].append(fi.t(o))
     pts = [InterferencePoint(statistics.median(a), statistics.median(b))
            for a, b in groups.values() if a and b]
     if len(pts) < 3:

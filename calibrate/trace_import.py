@@ -75,6 +75,7 @@ class OpRecord:
     concrete: tuple[str, ...] = ()
     kernel_s: float = 0.0
     n_kernels: int = 0
+    n_events: int = 1      # host events recorded inside it, itself included (profiler cost)
 
     @property
     def end_s(self) -> float:
@@ -330,7 +331,17 @@ def _leaf_record(n: Node, claim: str | None, phase: str, tid: int) -> dict[str, 
     return {"name": n.name, "family": fam, "label": label, "phase": phase, "ts_us": n.ts,
             "cpu_us": n.end - n.ts, "tid": tid, "shapes": shapes_of(n.ev),
             "dtype": dtype_of(n.ev), "concrete": tuple(str(x) for x in a.get("Concrete Inputs", [])),
-            "kernel_us": 0.0, "n_kernels": 0}
+            "kernel_us": 0.0, "n_kernels": 0, "n_events": _count(n)}
+
+
+def _count(n: Node) -> int:
+    """Operator events in a subtree (launch records left out)."""
+    own = _cat_of(n) in ("cpu_op", "operator", "user_annotation")
+    return int(own) + sum(_count(c) for c in n.children)
+
+
+def _cat_of(n: Node) -> str:
+    return str(n.ev.get("cat", "")).lower()
 
 
 def _comm_record(n: Node, where: str, tid: int) -> CommRecord:
@@ -493,7 +504,7 @@ def _assemble(walks: Sequence[_Walk], device: Sequence[Mapping[str, Any]],
             ops.append(OpRecord(r["name"], r["family"], r["label"], r["phase"],
                                 _step_of(ts, steps), ts, r["cpu_us"] * 1e-6, r["tid"],
                                 r["shapes"], r["dtype"], r["concrete"], r["kernel_us"] * 1e-6,
-                                r["n_kernels"]))
+                                r["n_kernels"], r["n_events"]))
         comms += w.comms
     secs = [_comm_seconds(c, t0, steps) for c in comms]
     return (tuple(sorted(ops, key=lambda o: o.ts_s)), tuple(sorted(secs, key=lambda c: c.ts_s)),

@@ -66,8 +66,33 @@ def clean_steps(tr: KinetoTrace, limit: float = CLEAN_PRESSURE) -> tuple[list[St
                    "(other load on the host; times are pessimistic)")
 
 
-def op_time_s(op: OpRecord, gpu: bool) -> float:
-    return op.kernel_s if gpu else op.cpu_s
+def op_time_s(op: OpRecord, gpu: bool, event_cost_s: float = 0.0) -> float:
+    """Kernel time on a GPU trace; host time on a CPU trace, less the profiler's cost of the
+    events recorded inside the operator."""
+    return op.kernel_s if gpu else max(0.0, op.cpu_s - event_cost_s * op.n_events)
+
+
+def event_cost(tr: KinetoTrace, steps: Sequence[StepWindow]) -> tuple[float, str]:
+    """The profiler's cost per recorded host event: (traced step - unprofiled step) / events
+    when validate-run recorded both away from other load, else its microbenchmark of the
+    profiler (``profiler_s_per_event``, a lower bound: it records small ``add`` calls),
+    else 0 (a trace from elsewhere)."""
+    meta = tr.meta
+    ref = meta.get("unprofiled_median_step_s")
+    clean = [s for s in steps if s.pressure is not None and s.pressure <= CLEAN_PRESSURE]
+    counts = [tr.events_per_step[s.index] for s in clean if s.index < len(tr.events_per_step)]
+    micro = float(meta.get("profiler_s_per_event") or 0.0)
+    if ref and meta.get("unprofiled_clean_steps", 0) >= 3 and len(clean) >= 2 and counts:
+        diff = statistics.median(s.wall_s for s in clean) - float(ref)
+        per = diff / statistics.median(counts)
+        if per > micro:
+            return per, (f"{per * 1e6:.2f} us per recorded event: traced step minus "
+                         f"unprofiled step ({diff * 1e3:.3f} ms) over "
+                         f"{statistics.median(counts):.0f} events")
+    if micro > 0:
+        return micro, (f"{micro * 1e6:.2f} us per recorded event (microbenchmark of the "
+                       "profiler; a lower bound)")
+    return 0.0, "no correction for the profiler's own cost (the trace does not say)"
 
 
 # ---- one step -----------------------------------------------------------------------------
@@ -91,6 +116,7 @@ class StepMeasure:
     host_by_family: dict[str, float] = field(default_factory=dict)  # CPU: host time before
     # each operator (since the previous one on its thread, blocked collectives left out),
     # by the family of the operator it led to
+    profiler_s: float = 0.0                  # the profiler's own cost, taken out of the above
 
     @property
     def priced_s(self) -> float:
@@ -119,15 +145,18 @@ def _comm_intervals(tr: KinetoTrace, s: StepWindow) -> tuple[list[Interval], dic
     return union(clip(((c.ts_s, c.ts_s + c.dur_s) for c in use), s.start_s, s.end_s)), by
 
 
-def measure_step(tr: KinetoTrace, s: StepWindow) -> StepMeasure:
+def measure_step(tr: KinetoTrace, s: StepWindow, event_cost_s: float = 0.0) -> StepMeasure:
+    """``event_cost_s``: the profiler's cost per recorded host event (``event_cost``), taken
+    out of each operator's time (per event inside it) and of the host time (the rest)."""
     gpu = tr.has_gpu
+    c = 0.0 if gpu else event_cost_s
     ops = [o for o in tr.ops if o.step == s.index]
     fam: dict[str, float] = {f: 0.0 for f in SIM_FAMILIES}
     other: dict[str, float] = {}
     n_ops: dict[str, int] = {}
     phase: dict[str, float] = {}
     for o in ops:
-        t = op_time_s(o, gpu)
+        t = op_time_s(o, gpu, c)
         if o.family == "other":
             other[o.label] = other.get(o.label, 0.0) + t
             continue
@@ -139,22 +168,26 @@ def measure_step(tr: KinetoTrace, s: StepWindow) -> StepMeasure:
     comm, by = _comm_intervals(tr, s)
     overlapped = length(intersect(comm, comp))
     exposed = length(comm) - overlapped
+    events = tr.events_per_step[s.index] if s.index < len(tr.events_per_step) else 0
+    prof = c * events
     if gpu:
         host = s.wall_s - length(union(comp + comm))
-    else:
-        host = s.wall_s - length(comp) - exposed
+    else:        # the profiler's cost outside operators comes out of the host time
+        host = s.wall_s - length(comp) - exposed - c * (events - sum(o.n_events for o in ops))
     bwd = [o for o in ops if o.phase == "bwd"]
     return StepMeasure(s.index, s.wall_s, fam, other, n_ops, phase, max(0.0, host),
                        length(comm), exposed, overlapped,
                        length(_compute_intervals(bwd, tr, s)) if bwd else 0.0, by,
                        _streams(tr, s) if gpu else {},
-                       {} if gpu else host_by_family(ops, comm, s, tr.main_tid))
+                       {} if gpu else host_by_family(ops, comm, s, tr.main_tid, max(0.0, host)),
+                       prof)
 
 
 def host_by_family(ops: Sequence[OpRecord], comm: Sequence[Interval], s: StepWindow,
-                   main_tid: int) -> dict[str, float]:
+                   main_tid: int, host_s: float | None = None) -> dict[str, float]:
     """Host time on the main thread before each operator, charged to that operator's family
-    (time after the last operator goes to the last one's)."""
+    (time after the last operator goes to the last one's); scaled to sum to ``host_s``
+    when given (the host time with the profiler's cost taken out)."""
     mine = sorted((o for o in ops if o.tid == main_tid), key=lambda o: o.ts_s)
     out: dict[str, float] = {}
     prev = s.start_s
@@ -169,6 +202,9 @@ def host_by_family(ops: Sequence[OpRecord], comm: Sequence[Interval], s: StepWin
         out[fam.family] = out.get(fam.family, 0.0) + max(0.0, t)
         if o is not None:
             prev = max(prev, o.end_s)
+    raw = sum(out.values())
+    if host_s is not None and raw > 0:
+        out = {k: v * host_s / raw for k, v in out.items()}
     return out
 
 

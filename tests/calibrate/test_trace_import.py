@@ -172,3 +172,31 @@ def test_hta_ddp_trace_nccl_allreduce_sizes():
     assert ar and all(c.size_bytes > 0 and c.group_size == 2 for c in ar)
     m = measure_step(t, t.steps[0])
     assert m.comm_s > 0 and m.comm_exposed_s + m.comm_overlapped_s == pytest.approx(m.comm_s)
+
+
+def test_profiler_cost_comes_out_per_recorded_event(cpu_trace, tmp_path: Path):
+    """validate-run notes the unprofiled median step; the difference to the traced steps,
+    per recorded event, is taken out of every operator (per event inside it) and of the
+    host time (the other events); the rows still add up to the traced step."""
+    import gzip
+    import json
+
+    from calibrate.trace_stats import event_cost
+    path, wall_us, _ = cpu_trace
+    d = json.load(gzip.open(path))
+    extra_us = 26.0
+    d["complexity"] = {"unprofiled_median_step_s": (wall_us - extra_us) * 1e-6,
+                       "unprofiled_clean_steps": 10,
+                       "traced_steps": [{"wall_s": 0, "pressure": 0.0}] * 4}
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps(d))
+    t = load_trace(p)
+    steps, _ = clean_steps(t)
+    cost, how = event_cost(t, steps)
+    events = t.events_per_step[1]
+    assert cost == pytest.approx(extra_us * 1e-6 / events) and "unprofiled" in how
+    raw, m = measure_step(t, t.steps[1]), measure_step(t, t.steps[1], cost)
+    assert m.profiler_s == pytest.approx(extra_us * 1e-6)
+    assert raw.family_s["gemm"] - m.family_s["gemm"] == pytest.approx(3 * cost)  # 3 mm events
+    total = m.priced_s + m.unpriced_s + m.host_s + m.comm_exposed_s + m.profiler_s
+    assert total == pytest.approx(m.wall_s)
