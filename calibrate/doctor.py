@@ -7,7 +7,7 @@ overlapped, per GPU stream where the trace has kernels. Gaps are ranked by size,
 one-line explanation and the what-if that would close it.
 
 ``explained_fraction`` = (time of the families the simulator prices + host dispatch time +
-exposed communication + the profiler's own cost) / measured step: the share of the measured step the table maps onto
+exposed communication) / measured step, both without the profiler's own cost (its own row): the share of the measured step the table maps onto
 something the simulator prices (host time per op included: on a CPU it is folded into the
 launch costs of a trace-fitted profile). ``priced_fraction`` leaves host time out. What is
 left is operators the simulator does not price and time no operator covers on the device.
@@ -64,6 +64,7 @@ class Diagnosis:
     measured_step_s: float
     measured_median_step_s: float
     predicted_step_s: float
+    measured_less_profiler_s: float
     explained_fraction: float
     priced_fraction: float
     rows: list[Row]
@@ -128,10 +129,11 @@ def diagnose(trace: KinetoTrace, model: TransformerSpec, plan: Plan, prof: Profi
                                               and c.where == "device") or
                                           sum(1 for c in trace.comms if c.step == m.step)),
             **{f"measured_{k}_s": v for k, v in m.comm_by_op.items()}}
-    mapped = m.priced_s + m.host_s + m.comm_exposed_s + m.profiler_s
-    wall = max(m.wall_s, 1e-12)
+    mapped = m.priced_s + m.host_s + m.comm_exposed_s
+    wall = max(m.wall_s - m.profiler_s, 1e-12)          # the step as it runs unprofiled
     diag = Diagnosis(Path(trace.path).name, f"step {m.step} of {note}", m.wall_s,
-                     median_wall_s(measures), res.step_time_s, min(1.0, mapped / wall),
+                     median_wall_s(measures), res.step_time_s, m.wall_s - m.profiler_s,
+                     min(1.0, mapped / wall),
                      m.priced_s / wall, rows, [], comm, m.streams_s, m.step,
                      list(trace.notes) + ([f"the profiler's own cost is its own row: {how}"]
                                           if m.profiler_s > 0 else []))
