@@ -7,9 +7,10 @@ overlapped, per GPU stream where the trace has kernels. Gaps are ranked by size,
 one-line explanation and the what-if that would close it.
 
 ``explained_fraction`` = (time of the families the simulator prices + host dispatch time +
-exposed communication) / measured step, both without the profiler's own cost (its own row): the share of the measured step the table maps onto
-something the simulator prices (host time per op included: on a CPU it is folded into the
-launch costs of a trace-fitted profile). ``priced_fraction`` leaves host time out. What is
+exposed communication) / measured step, both without the profiler's own cost (its own
+row): the share of the measured step the table maps onto something the simulator prices
+(host time per op included: on a CPU it is folded into the launch costs of a trace-fitted
+profile). ``priced_fraction`` leaves host time out. What is
 left is operators the simulator does not price and time no operator covers on the device.
 
 Host time of a profile not fitted from a trace: a profile whose fingerprint has no
