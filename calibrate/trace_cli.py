@@ -30,7 +30,13 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
 def run_from(args: argparse.Namespace, meta: Mapping[str, Any], required: bool):
     """(RunSpec, Plan) from the flags, falling back to the trace's own record; None when the
     model is unknown and not ``required``."""
-    from .validate_run import DDP_BUCKET_MB, plan_for, run_spec
+    from .validate_run import (
+        DDP_BUCKET_MB,
+        RunSpec,
+        _positive,
+        plan_for,
+        threads_per_process,
+    )
     model = args.model or meta.get("model")
     if not model:
         if required:
@@ -44,7 +50,13 @@ def run_from(args: argparse.Namespace, meta: Mapping[str, Any], required: bool):
         seq = resolve_model(model).seq_len
     nproc = args.nproc or int(meta.get("nproc", 1))
     bucket = args.bucket_cap_mb or int(meta.get("bucket_cap_mb", DDP_BUCKET_MB))
-    rs = run_spec(model, nproc, mb, int(seq), 1, 0, None, bucket)
+    for name, v in (("micro_batch", mb), ("seq_len", int(seq)), ("nproc", nproc),
+                    ("bucket_cap_mb", bucket)):
+        _positive(name, v)
+    from simulator.workload import resolve_model
+    # not run_spec: the trace may come from more ranks than this host has cores
+    rs = RunSpec(resolve_model(model, seq_len=int(seq)), nproc, mb, 1, 0,
+                 threads_per_process(nproc), "", bucket)
     plan = plan_for(rs)
     if getattr(args, "precision", None):
         from dataclasses import replace
