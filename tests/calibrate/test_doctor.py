@@ -132,3 +132,26 @@ def test_one_line_errors(tmp_path: Path, capsys):
                str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
+
+
+def test_gpu_trace_device_idle_is_the_host_row(tmp_path: Path, capsys):
+    """Kernels on stream 7 with a 500 us hole while the host dispatches: the doctor's host
+    row is the device's idle time, streams are listed, the shipped H100 profile predicts."""
+    from simulator.cli.main import main
+    tr = Trace(gpu_name="NVIDIA H100 80GB HBM3")
+    start = tr.t
+    tr.leaf("aten::mm", 5.0, [(1024, 128), (128, 384)], kernel_us=200.0, dtype="c10::BFloat16")
+    tr.t = max(tr.t, tr.gpu_t) + 500.0           # host busy, no kernel queued
+    tr.leaf("aten::native_layer_norm", 5.0, [(1024, 128)], kernel_us=30.0,
+            dtype="c10::BFloat16")
+    tr.t = max(tr.t, tr.gpu_t) + 1.0
+    tr.step(1, start, tr.t)
+    p = tr.write(tmp_path / "g.json")
+    rc = main(["doctor", "--trace", str(p), "--model", "tiny-2l-128", "--micro-batch", "8",
+               "--seq-len", "128", "--precision", "bf16", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["streams_s"] == {"stream 7": pytest.approx(230e-6)}
+    host = next(r for r in d["rows"] if r["what"] == "host")
+    busy = 230e-6
+    assert host["measured_s"] == pytest.approx(d["measured_step_s"] - busy)
+    assert any(g["what"] == "host" and "GPU idle" in g["explanation"] for g in d["gaps"])
