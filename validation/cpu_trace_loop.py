@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 SHAPES = {"tiny-2l-128": (8, 128), "small-4l-256": (4, 256), "small-6l-512": (2, 512)}
-NO_OVERLAP = ("small-6l-512", 2, 512, 1000)
+NO_OVERLAP = ("small-4l-256", 2, 4, 1000)   # (model, ranks, micro-batch, bucket_cap_mb)
 TRIES = 2
 
 
