@@ -17,7 +17,7 @@ from typing import Any
 from simulator.hardware.profile import Profile
 from simulator.parallel.plan import Plan
 
-from .trace_fit import HOST_FOLDED_KEY, HOST_GEMM_FOLDED_KEY
+from .trace_fit import HOST_FOLDED_KEY
 from .trace_import import KinetoTrace
 
 Diagnosis = Any          # calibrate.doctor.Diagnosis (which imports this module)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from simulator.errors import InvalidInputError
 from simulator.hardware.profile import Coefficient, Profile
