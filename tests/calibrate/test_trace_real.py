@@ -2,8 +2,9 @@
 training step (1 process; 2 gloo processes in the slow tests), the import maps its operators,
 `calibrate --from-trace` fits a profile from it, and that profile predicts another shape
 whose step validate-run measures (held-out error printed). Shapes are tiny so the default
-suite stays fast; bounds are loose guards against breakage (this host is shared), the
-accuracy is measured in validation/cpu_trace_loop.md."""
+suite stays fast; the loop's bound is a loose guard against breakage, checked only when
+both runs were clean (the host is shared); the accuracy is measured in
+validation/cpu_trace_loop.md."""
 from __future__ import annotations
 
 import os
@@ -26,12 +27,12 @@ def prof_path(tmp_path: Path) -> Path:
 
 
 def record(tmp_path: Path, prof_path: Path, model: str, nproc: int, mb: int, seq: int,
-           name: str, **kw):
+           name: str, wait_quiet_s: float = 0.0, **kw):
     pytest.importorskip("torch")
     from calibrate.validate_run import validate_run
     trace = tmp_path / name
     res = validate_run(model, prof_path, nproc=nproc, micro_batch=mb, seq_len=seq, steps=3,
-                       warmup=1, wait_quiet_s=0, trace_out=trace, **kw)
+                       warmup=1, wait_quiet_s=wait_quiet_s, trace_out=trace, **kw)
     return res, trace
 
 
@@ -100,13 +101,15 @@ def test_calibrate_on_one_shape_predict_another(tmp_path: Path, prof_path: Path,
         pytest.skip("needs 2 cores")
     from calibrate.trace_profile import calibrate_from_trace
     from calibrate.validate_run import plan_for, predict, run_spec
-    _, trace = record(tmp_path, prof_path, "tiny-2l-128", nproc, 4, 64, "a.json")
+    a, trace = record(tmp_path, prof_path, "tiny-2l-128", nproc, 4, 64, "a.json", 60.0)
     rs = run_spec("tiny-2l-128", nproc, 4, 64, 1, 0)
     fitted = calibrate_from_trace(trace, tmp_path / "fit", rs.model, plan_for(rs))
     other = run_spec("small-4l-256", nproc, 2, 128, 1, 0)
     pred = predict(other, fitted.profile).step_time_s
-    meas, _ = record(tmp_path, prof_path, "small-4l-256", nproc, 2, 128, "b.json")
+    meas, _ = record(tmp_path, prof_path, "small-4l-256", nproc, 2, 128, "b.json", 60.0)
     err = 100 * (pred / meas.measured_step_time_s - 1)
     print(f"nproc={nproc}: predicted {pred * 1e3:.2f} ms, measured "
           f"{meas.measured_step_time_s * 1e3:.2f} ms, held-out error {err:+.1f}%")
+    if not (a.measured.clean and meas.measured.clean):
+        pytest.skip(f"other load on this host: the runs were not clean (error {err:+.1f}%)")
     assert abs(err) < 35
