@@ -267,10 +267,12 @@ def thread_counts() -> tuple[int | None, ...]:
 
 # ---- attention -------------------------------------------------------------------------------
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True) -> float:
-    """Executed forward FLOPs with the simulator's convention (simulator/workload/ops.py):
-    ``4 b h s^2 d``, causal kernels skip the masked half (block size 128)."""
+    """Executed forward FLOPs with the simulator's convention
+    (``simulator.workload.ops.executed_attention_flops``): ``4 b h s^2 d``, of which a causal
+    call executes half."""
+    from simulator.workload.ops import executed_attention_flops
     full = 4.0 * batch * heads * seq * seq * head_dim
-    return full * (0.5 + 0.5 / max(1, seq // 128)) if causal else full
+    return executed_attention_flops(full, seq, causal)
 
 
 def bench_attention(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = False) -> Path:

@@ -198,7 +198,8 @@ def add_subcommands(subparsers) -> argparse.ArgumentParser:
                    "points, estimated seconds) and measure nothing")
     p.add_argument("--gpu", default=None, metavar="KEY", help="GPU: the hardware_db key of "
                    "the GPU (default: named from what the driver reports); with --dry-run, "
-                   "plan for that GPU instead of this host's")
+                   "plan for that GPU instead of this host's; with --from-trace, the GPU of "
+                   "the trace (default: from its deviceProperties)")
     p.add_argument("--gpus", type=int, default=None, metavar="N", help="with --dry-run "
                    "--gpu KEY: plan for a node of N such GPUs")
     p.add_argument("--out", default="calibration", help="output directory (default: "
@@ -208,11 +209,26 @@ def add_subcommands(subparsers) -> argparse.ArgumentParser:
                    "other load on this host contaminated the measurements or a benchmark "
                    "failed (default: write it, mark the affected coefficients "
                    "'contaminated' and warn)")
+    _add_from_trace(p)
     p.set_defaults(func=main_calibrate)
     add_validate_run(subparsers)
     from .memcheck_report import add_validate_memory
     add_validate_memory(subparsers)
+    from .trace_cli import add_doctor
+    add_doctor(subparsers)
     return p
+
+
+def _add_from_trace(p: argparse.ArgumentParser) -> None:
+    """``calibrate --from-trace TRACE [--model ... plan flags] [--profile BASE] --out DIR``."""
+    from .trace_cli import add_run_flags
+    p.add_argument("--from-trace", default=None, metavar="TRACE",
+                   help="fit the profile from a Kineto trace of a real run (torch.profiler, "
+                   "record_shapes=True; JSON or JSON.gz) instead of microbenchmarks")
+    p.add_argument("--profile", default=None, help="with --from-trace: base profile whose "
+                   "coefficients the trace cannot inform (default: the GPU's shipped "
+                   "reference profile; none for a CPU trace)")
+    add_run_flags(p)
 
 
 def add_validate_run(subparsers) -> argparse.ArgumentParser:
@@ -232,6 +248,13 @@ def add_validate_run(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
                    help="wait up to S seconds for other load on this host to stop before "
                    "the run (default 60; 0 = do not wait)")
+    p.add_argument("--bucket-cap-mb", type=int, default=25, metavar="MB",
+                   help="DDP bucket_cap_mb (default 25, torch's); a value larger than the "
+                   "model's gradients leaves one bucket, reduced after backward (no overlap)")
+    p.add_argument("--trace-out", default=None, metavar="FILE",
+                   help="also write a Kineto (torch.profiler) trace of a few steps run after "
+                   "the timed ones (FILE.gz: gzipped; one file per rank), for `complexity "
+                   "calibrate --from-trace` and `complexity doctor`")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cpu (default: "
                    "DDP over gloo, fp32, a profile from `complexity calibrate` on this host) "
@@ -283,7 +306,8 @@ def main_validate_run(args: argparse.Namespace) -> int:
             _refuse_gpu_profile_on_cpu(args.profile)
             res = validate_run(args.model, args.profile, nproc=args.nproc,
                                micro_batch=args.micro_batch, seq_len=seq, steps=args.steps,
-                               warmup=args.warmup, wait_quiet_s=args.wait_quiet)
+                               warmup=args.warmup, wait_quiet_s=args.wait_quiet,
+                               trace_out=args.trace_out, bucket_cap_mb=args.bucket_cap_mb)
     except ComplexityError as exc:
         print(f"complexity validate-run: error: {exc}", file=sys.stderr)
         return 2
@@ -300,6 +324,9 @@ def main_validate_run(args: argparse.Namespace) -> int:
 def main_calibrate(args: argparse.Namespace) -> int:
     """Entry for the parsed ``calibrate`` subcommand; prints a one-line error on failure."""
     quiet_deprecated_pynvml()
+    if getattr(args, "from_trace", None):
+        from .trace_cli import main_calibrate_from_trace
+        return main_calibrate_from_trace(args)
     try:
         if args.dry_run:
             return _dry_run(args)

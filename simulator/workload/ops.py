@@ -232,6 +232,15 @@ def _executed_keys_per_query(s_k: int, window: int, causal: bool, tile: int = 12
     return min(causal_window_pairs(s_k, window) / s_k + tile / 2, float(s_k))
 
 
+def executed_attention_flops(full_flops: float, s_k: int, causal: bool, window: int = 0) -> float:
+    """FLOPs a fused attention call executes given its non-causal count ``full_flops`` (every
+    query against ``s_k`` keys, or a full ``window``), in the convention the efficiency
+    curves are fitted in (``_executed_keys_per_query``). Calibration counts measured kernels
+    with this same function."""
+    keys = min(s_k, window) if window > 0 else s_k
+    return full_flops * _executed_keys_per_query(s_k, window, causal) / keys
+
+
 def _attn_widths(m: TransformerSpec, sh: LayerShape) -> tuple[int, int, int, int]:
     """(local query heads, q/k head width, v head width, K+V width per token, local)."""
     heads = m.n_heads // sh.tp
