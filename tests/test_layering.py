@@ -18,23 +18,24 @@ PACKAGES = ("simulator", "calibrate", "hardware_db")
 
 RANK = {
     "simulator.errors": 0, "simulator.progress": 0,
-    "simulator.frameworks": 1, "simulator.hardware": 1,
-    "simulator.network": 2,
-    "simulator.workload": 3,
-    "simulator.parallel": 4,
-    "simulator.cost": 5,
-    "simulator.memory": 6,
-    "simulator.engine": 7,
-    "simulator.report": 8,
+    "simulator.boundary": 1,
+    "simulator.frameworks": 2, "simulator.hardware": 2,
+    "simulator.network": 3,
+    "simulator.workload": 4,
+    "simulator.parallel": 5,
+    "simulator.cost": 6,
+    "simulator.memory": 7,
+    "simulator.engine": 8,
+    "simulator.report": 9,
     # ---- above the core -------------------------------------------------------------------
-    "simulator.modules": 9, "simulator.uncertainty": 9,
-    "simulator.search": 10,
-    "simulator.planning": 11,
-    "simulator.validation": 12,
-    "simulator.api": 13,
-    "simulator.cli": 14,
+    "simulator.modules": 10, "simulator.uncertainty": 10,
+    "simulator.search": 11,
+    "simulator.planning": 12,
+    "simulator.validation": 13,
+    "simulator.api": 14,
+    "simulator.cli": 15,
 }
-CORE_MAX_RANK = 8
+CORE_MAX_RANK = 9
 NEVER_IN_CORE = ("torch", "calibrate", "hardware_db", "pynvml")
 LAZY_ONLY = ("scipy", "pyarrow", "networkx", "matplotlib", "ray", "torch")
 MAX_MODULE_LINES = 600

@@ -70,6 +70,9 @@ COMMON_HELP: dict[str, str] = {
     "out_dir": "directory for report.md, report.parquet (and report.html with --html)",
     "what": "what to list",
     "quiet": "no progress bars on stderr",
+    "debug": "on an error, also print the Python traceback",
+    "max_event_slots": "most micro-batch x pipeline-chunk slots the event engine plays "
+    "before refusing (default 100,000; see simulator/boundary/limits.py)",
     "plot": "write a picture here (.png, .svg or .pdf; needs matplotlib)",
 }
 
@@ -93,6 +96,10 @@ def finish_parser(p: argparse.ArgumentParser) -> None:
     p.formatter_class = HelpFormatter
     if "--quiet" not in p._option_string_actions:
         p.add_argument("--quiet", action="store_true", help=COMMON_HELP["quiet"])
+    p.add_argument("--debug", action="store_true", help=COMMON_HELP["debug"])
+    if "--engine" in p._option_string_actions:
+        p.add_argument("--max-event-slots", type=int, default=None,
+                       help=COMMON_HELP["max_event_slots"])
     for a in p._actions:
         if not a.help and a.dest in COMMON_HELP:
             a.help = COMMON_HELP[a.dest]

@@ -1,5 +1,11 @@
 """``complexity`` command line. Errors print one line and exit 2; never a traceback.
 
+Every flag is checked after parsing (``checks``: integer degrees >= 1 with physical upper
+bounds, finite floats, writable output paths) before the command starts. A mistake in the
+input (``ComplexityError``, a bad file) prints ``complexity CMD: error: ...`` and exits 2;
+anything else is a bug in this program: one line saying so and where to report it, exit
+status 1; ``--debug`` adds the Python traceback to either.
+
 Ctrl-C (SIGINT) and SIGTERM stop the command where it is: worker processes are ended,
 finished work already written stays (``predict --out`` rows, ``search --results``), and
 one line says so; the exit status is 130 (SIGINT) or 143 (SIGTERM), as a shell reports a
@@ -10,8 +16,11 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import traceback
 
+from ..boundary.limits import using_limits
 from ..errors import ComplexityError
+from .checks import check_args
 from .flags import finish_parser
 from .progress import listening_for
 from .registry import COMMANDS
@@ -22,10 +31,25 @@ class Terminated(BaseException):
     ``except Exception`` swallows it)."""
 
 
+REPORT_AT = "the Complexity Framework issue tracker (with the command line)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``PROG: error: MESSAGE (see PROG --help)``, exit 2
+    (argparse's own prints the usage block first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import (collective, commands, module, search,  # noqa: F401  (each registers
                    workflow)                                # its commands)
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="complexity",
         description="Predict distributed training step time, throughput, memory and cost.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -60,7 +84,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError:                           # not the main thread (embedded use)
         pass
     try:
-        with listening_for(args):
+        with listening_for(args), \
+                using_limits(max_event_slots=getattr(args, "max_event_slots", None)):
             return int(args.func(args) or 0)
     finally:
         if previous is not None:
@@ -72,14 +97,18 @@ def _why(exc: BaseException) -> str:
     return f"; {exc.args[0]}" if exc.args and isinstance(exc.args[0], str) else ""
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False))
     try:
+        check_args(args, _subparser(parser, args.command))
         return _run(args)
-    except ComplexityError as exc:
-        print(f"complexity {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt as exc:
         print(f"complexity {args.command}: interrupted{_why(exc)}", file=sys.stderr)
         return 130
@@ -89,9 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:                      # output piped into `head` etc.
         sys.stderr.close()
         return 0
-    except (OSError, ValueError) as exc:
-        print(f"complexity {args.command}: error: {exc}", file=sys.stderr)
+    except (ComplexityError, OSError, ValueError) as exc:
+        if debug:
+            traceback.print_exc()
+        text = one_line(exc) or type(exc).__name__
+        print(f"complexity {args.command}: error: {text}", file=sys.stderr)
         return 2
+    except Exception as exc:                     # a bug: say so in one line
+        if debug:
+            traceback.print_exc()
+        print(f"complexity {args.command}: internal error: {type(exc).__name__}: "
+              f"{one_line(exc)[:300]}; please report it to {REPORT_AT}; rerun with --debug "
+              "for the traceback", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

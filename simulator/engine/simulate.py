@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from ..boundary.limits import check_event_slots
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
@@ -37,6 +38,10 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     if engine not in ("event", "analytic"):
         raise InvalidInputError("engine", engine, "event or analytic")
     validate(plan, model, cluster)
+    if engine == "event":
+        check_event_slots(plan.num_microbatches * plan.pp * plan.vpp,
+                          f"{plan.global_batch} (micro-batch {plan.micro_batch}, dp {plan.dp}, "
+                          f"pp {plan.pp}, vpp {plan.vpp})")
     groups = place_groups(cluster, plan)
     stages = build_chunks(model, plan, cluster, profile, groups)
     memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
