@@ -17,12 +17,13 @@ Only the numbers that size the model are read; nothing from ``transformers`` is 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..boundary.files import read_json
 from ..errors import InvalidInputError, UnsupportedError
 from . import hf_families as fam
+from .hf_schema import check_config
 from .spec import MLP, MoESpec, TransformerSpec
 
 DEFAULT_SEQ_LEN_CAP = 8192
@@ -79,17 +80,16 @@ def _load(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any],
     """The config as a dict plus a short origin string for ``source``."""
     if isinstance(path_or_dict, Mapping):
         return dict(path_or_dict), "dict"
+    if not isinstance(path_or_dict, (str, Path)):
+        raise InvalidInputError("config", type(path_or_dict).__name__,
+                                "a path to a config.json, a directory holding one, or a dict")
     path = Path(path_or_dict)
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
         raise InvalidInputError("config_path", str(path),
                                 "an existing config.json or a directory containing one")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInputError("config_path", str(path),
-                                "a HuggingFace config.json (a JSON object)", str(exc)) from None
+    cfg = read_json("config_path", path, "HuggingFace config.json")
     if not isinstance(cfg, dict):
         raise InvalidInputError("config_path", str(path),
                                 "a HuggingFace config.json (a JSON object)",
@@ -185,6 +185,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], seq_len: int | 
                    name: str | None = None) -> TransformerSpec:
     """A spec from a HuggingFace ``config.json`` (path, directory holding it, or dict)."""
     raw, origin = _load(path_or_dict)
+    check_config(raw)
     mt = _model_type(raw)
     cfg = fam.text_config(raw)
     n_layers, hidden, heads = _int(cfg, "layers"), _int(cfg, "hidden"), _int(cfg, "heads")

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from ..boundary import limits as L
+from ..boundary.values import check_int
 from ..errors import InvalidInputError
 
 
@@ -55,12 +57,11 @@ class MoESpec:
     capacity_factor: float = 0.0       # > 0: experts padded to capacity (drop and pad); 0: dropless
 
     def __post_init__(self) -> None:
-        if self.experts < 1:
-            raise InvalidInputError("moe_experts", self.experts, "an integer >= 1")
-        if not 1 <= self.top_k <= self.experts:
-            raise InvalidInputError("moe_topk", self.top_k, f"1..moe_experts={self.experts}")
-        if self.expert_ffn_hidden < 1:
-            raise InvalidInputError("moe_ffn_hidden", self.expert_ffn_hidden, "an integer >= 1")
+        check_int("moe_experts", self.experts, 1, L.MAX_EXPERTS)
+        check_int("moe_topk", self.top_k, 1, self.experts)
+        check_int("moe_ffn_hidden", self.expert_ffn_hidden, 1, L.MAX_FFN)
+        check_int("moe_shared_experts", self.shared_experts, 0, L.MAX_EXPERTS)
+        check_int("moe_dense_layers", self.dense_layers, 0, L.MAX_LAYERS)
         if self.capacity_factor < 0:
             raise InvalidInputError("moe_capacity_factor", self.capacity_factor,
                                     "0 (dropless) or a positive factor")
@@ -116,6 +117,9 @@ class MLASpec:
         return q + kv + heads * self.v_head_dim * hidden
 
 
+_SIZE_LIMITS = (("n_layers", L.MAX_LAYERS), ("hidden", L.MAX_HIDDEN), ("ffn_hidden", L.MAX_FFN),
+                ("n_heads", L.MAX_HEADS), ("n_kv_heads", L.MAX_HEADS), ("vocab", L.MAX_VOCAB),
+                ("seq_len", L.MAX_SEQ_LEN))
 _ENUMS = (("mlp", MLP, "gelu, swiglu or relu2"), ("norm", Norm, "layernorm or rmsnorm"),
           ("position", Position, "learned, rope or alibi"))
 
@@ -160,10 +164,10 @@ class TransformerSpec:
     final_logit_softcap: float = 0.0
 
     def __post_init__(self) -> None:
-        for f in ("n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads", "vocab", "seq_len"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise InvalidInputError(f, v, "a positive integer")
+        for f, hi in _SIZE_LIMITS:
+            check_int(f, getattr(self, f), 1, hi)
+        if self.head_dim:
+            check_int("head_dim", self.head_dim, 0, L.MAX_HIDDEN)
         if self.n_heads % self.n_kv_heads:
             raise InvalidInputError("n_kv_heads", self.n_kv_heads,
                                     f"a divisor of n_heads={self.n_heads}")
