@@ -212,7 +212,7 @@ def run_predict(a: argparse.Namespace) -> int:
     if not a.quiet:
         for o in outcomes:
             c = outcome_columns(o)
-            print(f"{o.row.get('id', '?'):34s} measured={o.row.get('measured_step_time_s', ''):>8s} "
+            print(f"{o.row.get('id') or '?':34s} measured={o.row.get('measured_step_time_s') or '':>8s} "
                   f"predicted={c['predicted_step_time_s']:>8s} err={c['error_pct']:>7s}  {o.status[:60]}")
     print(summary_line(outcomes))
     return 0

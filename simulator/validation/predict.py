@@ -17,11 +17,11 @@ reported in the ``chosen`` column:
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from ..boundary.files import atomic_path
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..errors import ComplexityError, InfeasiblePlanError, InvalidInputError
@@ -32,6 +32,7 @@ from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
+from .runs_schema import check_row, invalid_status, measured_value, read_rows  # noqa: F401
 
 OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
                "chosen", "status", "predicted_step_time_p10_s", "predicted_step_time_p90_s"]
@@ -193,11 +194,16 @@ def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
     """Predict one row; never raises for a row it cannot model (status says why)."""
     row = dict(row)
     try:
+        check_row(row)
         return _predict(row, make_cluster, get_profile)
     except InfeasiblePlanError as exc:
         return RowOutcome(row, None, "", f"infeasible: {exc}", None)
+    except InvalidInputError as exc:
+        return RowOutcome(row, None, "", invalid_status(exc), None)
     except ComplexityError as exc:
         return RowOutcome(row, None, "", f"unsupported: {exc}", None)
+    except Exception as exc:                    # a bug: keep the row, say so in its status
+        return RowOutcome(row, None, "", f"error: internal {type(exc).__name__}: {exc}", None)
 
 
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
@@ -234,7 +240,10 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
             "so the memory model is pessimistic for this row")
     step, res, note, plan = best
     status = "ok"
-    measured = _float(row.get("measured_step_time_s"))
+    try:
+        measured = measured_value(row)
+    except InvalidInputError as exc:            # predicted, but no error against it
+        measured, status = None, invalid_status(exc)
     err = 100.0 * (step - measured) / measured if measured else None
     chosen = ";".join(x for x in chosen_extra + [note, f"framework defaults: {fw.why}"] if x)
     return RowOutcome(row, res, chosen, status, err, RowInputs(model, plan, cluster, prof, fw_name))
@@ -245,29 +254,11 @@ def _guess_heads(row: Mapping[str, str]) -> int:
     return max(1, h // 128) if h and h % 128 == 0 else 1
 
 
-def _float(v: str | None) -> float | None:
-    try:
-        f = float(v) if v not in (None, "") else None
-    except ValueError:
-        return None
-    return f if f and math.isfinite(f) and f > 0 else None
-
-
-# ---- files ---------------------------------------------------------------------------------
-def read_rows(path: str | Path) -> list[dict[str, str]]:
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError("runs", str(p), "an existing CSV file")
-    with p.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise InvalidInputError("runs", str(p), "a CSV with a header and at least one row")
-    return rows
-
-
 def write_rows(path: str | Path, outcomes: list[RowOutcome]) -> None:
-    cols = list(outcomes[0].row.keys()) + [c for c in OUT_COLUMNS if c not in outcomes[0].row]
-    with Path(path).open("w", newline="") as f:
+    """All rows plus the prediction columns, written atomically (temp file + rename)."""
+    cols = [c for c in outcomes[0].row.keys() if c is not None] + \
+        [c for c in OUT_COLUMNS if c not in outcomes[0].row]
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for o in outcomes:

@@ -63,7 +63,7 @@ def predict_rows(rows: Sequence[Mapping[str, str]], predict_one: Callable[[Mappi
     """Outcomes of ``rows`` in input order; with ``out``, resumable (see module doc)."""
     if out is None:
         return [predict_one(r) for r in progress.track(rows, "predict: rows", describe=_row_id)]
-    inputs = [c for c in rows[0].keys() if c not in OUT_COLUMNS]
+    inputs = [c for c in rows[0].keys() if c is not None and c not in OUT_COLUMNS]
     part = partial_path(out)
     done = _resumed(part, inputs)
     todo = [r for r in rows if _key(r, inputs) not in done]
