@@ -220,18 +220,21 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     base = base_plan(row, fw_name)
     best: tuple[float, Result, str, Plan] | None = None
     fallback: tuple[float, Result, str, Plan] | None = None
+    why: InvalidInputError | None = None
     for plan, note in candidate_plans(row, base, fw):
         try:
             r = simulate(model, plan, cluster, prof)
-        except InvalidInputError:
+        except InvalidInputError as exc:
+            why = why or exc
             continue
         key = (r.step_time_s, r, note, plan)
         if r.fits_in_memory and (best is None or r.step_time_s < best[0]):
             best = key
         if fallback is None or max(r.peak_memory_bytes) < max(fallback[1].peak_memory_bytes):
             fallback = key
-    if best is None and fallback is None:
-        raise InvalidInputError("plan", row.get("id", ""), "a combination this model can split")
+    if best is None and fallback is None:     # no candidate simulates: the first reason why
+        raise why or InvalidInputError("plan", row.get("id", ""),
+                                       "a combination this model can split")
     if best is None:
         best = fallback
         chosen_extra.append(

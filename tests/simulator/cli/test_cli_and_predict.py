@@ -108,7 +108,9 @@ def test_predict_marks_unmodellable_rows_instead_of_crashing(tmp_path, capsys):
     rc, _, _ = run(["predict", "--runs", str(bad), "--out", str(out)], capsys)
     assert rc == 0
     statuses = [x["status"] for x in csv.DictReader(out.open())]
-    assert all(s.startswith(("unsupported:", "infeasible:")) for s in statuses)
+    # a GPU key that does not exist and tp=5 (tp*pp*dp=5 on 8 GPUs) are bad input:
+    # each row says which column (``invalid: <column>: <why>``)
+    assert statuses[0].startswith("invalid: gpu:") and statuses[1].startswith("invalid: dp:")
 
 
 def test_core_imports_without_torch_hardware_db_or_calibrate():
