@@ -79,7 +79,8 @@ def load_gpu(key: str) -> GPUSpec:
         mem_bytes=float(e["mem_bytes"]), mem_bw_gbytes_per_s=float(e["mem_bw_gbytes_per_s"]),
         tdp_w=float(e["tdp_w"]), sm_count=int(e["sm_count"]), l2_bytes=float(e["l2_bytes"]),
         price_usd_per_hour=float(e["price_usd_per_hour"]),
-        source=f"{e['source']} || {_joined_sources(e['sources'])}")
+        source=f"{e['source']} || {_joined_sources(e['sources'])}",
+        attention_kernels=tuple(e.get("attention_kernels", ())))
 
 
 # ---- links --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ arguments.
 """
 from __future__ import annotations
 
+from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec, GPUSpec
 from ..planning.capacity import HardwareChoice
@@ -25,9 +26,16 @@ def make_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
                                      oversubscription=oversubscription, **fabric)
 
 
-def load_profile_for(gpu_key: str, path: str | None) -> Profile:
+def load_profile_for(gpu_key: str, path: str | None, allow_mismatch: bool = False) -> Profile:
+    """The profile JSON at ``path`` (which must be measured on ``gpu_key`` unless
+    ``allow_mismatch``), else the shipped reference profile of ``gpu_key``."""
     if path:
-        return Profile.read_json(path)
+        prof = Profile.read_json(path)
+        if prof.device_key != gpu_key and not allow_mismatch:
+            raise InvalidInputError("--profile", str(path), f"a profile measured on {gpu_key}",
+                                    f"this one is for {prof.device_key}; pass "
+                                    "--allow-profile-mismatch to use it anyway")
+        return prof
     import hardware_db
     return hardware_db.load_profile(gpu_key)
 
@@ -48,15 +56,23 @@ def cluster_from_row(row) -> ClusterSpec:
 DEFAULT_GPU = "h100-sxm"
 
 
-def resolve_device(gpu_key: str | None, prof: Profile | str | None = None) -> tuple[GPUSpec, Profile]:
+def resolve_device(gpu_key: str | None, prof: Profile | str | None = None,
+                   allow_mismatch: bool = False) -> tuple[GPUSpec, Profile]:
     """Device + profile: a profile JSON that carries its device (a measured CPU) wins;
-    otherwise the GPU key (default h100-sxm) and its shipped reference profile."""
+    otherwise the GPU key (default h100-sxm) and its shipped reference profile. A profile
+    of another device than ``gpu_key`` is refused unless ``allow_mismatch``."""
     import hardware_db
+    path = prof if isinstance(prof, str) else None
     if isinstance(prof, str):
         prof = Profile.read_json(prof)
     if prof is not None and prof.device is not None and not gpu_key:
         return prof.device, prof
     gpu = hardware_db.load_gpu(gpu_key or (prof.device_key if prof else DEFAULT_GPU))
+    if prof is not None and prof.device_key != gpu.key and not allow_mismatch:
+        raise InvalidInputError("--profile", path or prof.name,
+                                f"a profile measured on {gpu.key}",
+                                f"this one is for {prof.device_key}; pass "
+                                "--allow-profile-mismatch to use it anyway")
     return gpu, prof if prof is not None else hardware_db.load_profile(gpu.key)
 
 
@@ -65,8 +81,10 @@ class HardwareDbCatalog:
     """Clusters and reference profiles from hardware_db (cached per choice / GPU)."""
 
     def __init__(self, profile_path: str | None = None, gpus_per_node: int | None = None,
-                 nics_per_node: int | None = None, nic_gbps: float | None = None) -> None:
+                 nics_per_node: int | None = None, nic_gbps: float | None = None,
+                 allow_mismatch: bool = False) -> None:
         self.profile_path = profile_path
+        self.allow_mismatch = allow_mismatch
         self.defaults = (gpus_per_node, nics_per_node, nic_gbps)
         self._clusters: dict[HardwareChoice, ClusterSpec] = {}
         self._profiles: dict[str, Profile] = {}
@@ -82,7 +100,8 @@ class HardwareDbCatalog:
 
     def profile(self, gpu_key: str) -> Profile:
         if gpu_key not in self._profiles:
-            self._profiles[gpu_key] = load_profile_for(gpu_key, self.profile_path)
+            self._profiles[gpu_key] = load_profile_for(gpu_key, self.profile_path,
+                                                       self.allow_mismatch)
         return self._profiles[gpu_key]
 
     def gpus_per_node(self, gpu: str) -> int:

@@ -74,7 +74,7 @@ def _check_number(dest: str, value: Any, kind: type) -> None:
             continue
         if (isinstance(v, float) and not math.isfinite(v)) or v < lo or v > hi \
                 or (lo_open and v == lo):
-            raise InvalidInputError(flag_name(dest), v, valid)
+            raise InvalidInputError(dest, v, valid, flag_name(dest))
 
 
 def _num(x: float) -> str:
@@ -91,7 +91,7 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
         if dest in _OUTPUT_ONLY_IN and args.command not in _OUTPUT_ONLY_IN[dest]:
             continue
         if getattr(args, dest, None) is not None:
-            check_writable(flag_name(dest), getattr(args, dest),
+            check_writable(dest, getattr(args, dest),
                            directory or (args.command, dest) in _DIRECTORY_OUT)
 
 

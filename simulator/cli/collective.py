@@ -104,7 +104,7 @@ def _collective_args(p: argparse.ArgumentParser) -> None:
 def run_collective(a: argparse.Namespace) -> int:
     cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
                            a.nic_kind, a.scale_up, a.node, a.oversubscription, **fabric_kwargs(a))
-    prof = load_profile_for(cluster.gpu.key, a.profile)
+    prof = load_profile_for(cluster.gpu.key, a.profile, a.allow_profile_mismatch)
     sizes = parse_sizes(a.size)
     group = a.group or (2 if a.op == Collective.SEND_RECV.value else None)
     costs = [cluster_collective(cluster, a.op, s, prof, Algo(a.algorithm), group, a.stride)

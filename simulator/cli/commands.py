@@ -12,9 +12,10 @@ from ..engine.simulate import simulate
 from ..errors import InvalidInputError
 from ..frameworks import framework_memory
 from ..hardware.profile import Profile
+from ..hardware.specs import GPUSpec
 from ..parallel.conventions import conventions_for
 from ..parallel.framework_plan import with_framework
-from ..parallel.plan import Plan
+from ..parallel.plan import Plan, check_attention_supported
 from ..report.assumptions import assumptions
 from ..report.table import format_result_table
 from ..report.trace import write_chrome_trace
@@ -102,7 +103,12 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_simulate)
 
 
-def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
+def plan_from_args(a: argparse.Namespace, n_gpus: int, gpu: GPUSpec | None = None) -> Plan:
+    """The plan the flags describe; with ``gpu``, an attention kernel named on the command
+    line must be one the GPU runs (a framework's default is not refused: its kernel falls
+    back to the FA2-class coefficients where the GPU has none)."""
+    if gpu is not None and getattr(a, "attention", None):
+        check_attention_supported(a.attention, gpu)
     dp = a.dp
     if dp is None:
         denom = a.tp * a.pp * a.cp
@@ -139,6 +145,9 @@ def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
 
 def run_simulate(a: argparse.Namespace) -> int:
     if a.module:
+        if a.model:
+            raise InvalidInputError("model", a.model, "no --model with --module (the module "
+                                    "is the model)")
         from .module import simulate_module_cli
         a.precision = a.precision or "fp32"
         return simulate_module_cli(a)
@@ -149,8 +158,8 @@ def run_simulate(a: argparse.Namespace) -> int:
     model = resolve_model(a.model, a.seq_len)
     cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
                            a.nic_kind, a.scale_up, a.node, a.oversubscription, **fabric_kwargs(a))
-    prof = load_profile_for(cluster.gpu.key, a.profile)
-    plan = plan_from_args(a, cluster.n_gpus)
+    prof = load_profile_for(cluster.gpu.key, a.profile, a.allow_profile_mismatch)
+    plan = plan_from_args(a, cluster.n_gpus, cluster.gpu)
     res = simulate(model, plan, cluster, prof, engine=a.engine,
                    keep_timeline=bool(a.trace or a.plot))
     unc = None if a.no_interval else estimate_uncertainty(

@@ -70,6 +70,7 @@ COMMON_HELP: dict[str, str] = {
     "out_dir": "directory for report.md, report.parquet (and report.html with --html)",
     "what": "what to list",
     "quiet": "no progress bars on stderr",
+    "allow_profile_mismatch": "use a --profile measured on another GPU than --gpu",
     "debug": "on an error, also print the Python traceback",
     "max_event_slots": "most micro-batch x pipeline-chunk slots the event engine plays "
     "before refusing (default 100,000; see simulator/boundary/limits.py)",
@@ -97,6 +98,9 @@ def finish_parser(p: argparse.ArgumentParser) -> None:
     if "--quiet" not in p._option_string_actions:
         p.add_argument("--quiet", action="store_true", help=COMMON_HELP["quiet"])
     p.add_argument("--debug", action="store_true", help=COMMON_HELP["debug"])
+    if "--profile" in p._option_string_actions and "--gpu" in p._option_string_actions:
+        p.add_argument("--allow-profile-mismatch", action="store_true",
+                       help=COMMON_HELP["allow_profile_mismatch"])
     if "--engine" in p._option_string_actions:
         p.add_argument("--max-event-slots", type=int, default=None,
                        help=COMMON_HELP["max_event_slots"])

@@ -83,7 +83,7 @@ def _analyze_args(p: argparse.ArgumentParser) -> None:
 def run_analyze(a: argparse.Namespace) -> int:
     from ..modules.op_report import format_report, op_report, write_roofline_png
     g = trace_spec(a.module, not a.no_fuse_attention)
-    gpu, prof = resolve_device(a.gpu, a.profile)
+    gpu, prof = resolve_device(a.gpu, a.profile, getattr(a, "allow_profile_mismatch", False))
     rep = op_report(g, gpu, prof)
     if a.png:
         print("complexity analyze: --png is deprecated; use --plot", file=sys.stderr)
@@ -148,7 +148,8 @@ def simulate_module_cli(a: argparse.Namespace) -> int:
     spec = getattr(a, "module", None)
     precision = getattr(a, "precision", "fp32") or "fp32"
     g = _precision_graph(trace_spec(spec), precision)
-    gpu, prof = resolve_device(getattr(a, "gpu", None), getattr(a, "profile", None))
+    gpu, prof = resolve_device(getattr(a, "gpu", None), getattr(a, "profile", None),
+                               getattr(a, "allow_profile_mismatch", False))
     cluster = make_module_cluster(a, gpu, prof)
     comm, times = dp_comm(cluster, prof), price_graph(g, gpu, prof)
     optimizer = getattr(a, "optimizer", "adam") or "adam"
@@ -205,7 +206,7 @@ def run_compression(a: argparse.Namespace) -> int:
     from ..modules.ddp import dp_comm
     from ..modules.op_report import price_graph
     g = trace_spec(a.module)
-    gpu, prof = resolve_device(a.gpu, a.profile)
+    gpu, prof = resolve_device(a.gpu, a.profile, getattr(a, "allow_profile_mismatch", False))
     comm = dp_comm(make_module_cluster(a, gpu, prof), prof).scaled(a.bandwidth_scale)
     ranks = [int(x) for x in str(a.ranks).split(",") if x.strip()]
     opts = [CompressionSpec(h) for h in ("none", "fp16", "bf16")] + \
@@ -240,7 +241,7 @@ def _precision_args(p: argparse.ArgumentParser) -> None:
 def run_precision(a: argparse.Namespace) -> int:
     from ..modules.precision_whatif import format_precision, precision_whatif
     g = trace_spec(a.module)
-    gpu, prof = resolve_device(a.gpu, a.profile)
+    gpu, prof = resolve_device(a.gpu, a.profile, getattr(a, "allow_profile_mismatch", False))
     rep = precision_whatif(g, gpu, prof, optimizer=a.optimizer)
     _print(rep.to_dict()) if a.json else print(format_precision(rep))
     return 0

@@ -164,7 +164,8 @@ def search_options(a: argparse.Namespace, price: float | None = None,
 
 def _catalog(a: argparse.Namespace, nic_gbps: float | None = None) -> HardwareDbCatalog:
     nics = a.nics_per_node if isinstance(a.nics_per_node, int) else None
-    return HardwareDbCatalog(a.profile, a.gpus_per_node, nics, nic_gbps)
+    return HardwareDbCatalog(a.profile, a.gpus_per_node, nics, nic_gbps,
+                             getattr(a, "allow_profile_mismatch", False))
 
 
 def _emit_json(obj: Any) -> None:
@@ -493,7 +494,7 @@ def _resolve_plan(a, model: TransformerSpec, cluster: ClusterSpec, prof: Profile
         if getattr(a, k) is None:
             setattr(a, k, 1)
     a.no_dp_overlap = getattr(a, "no_dp_overlap", False)
-    return plan_from_args(a, cluster.n_gpus)
+    return plan_from_args(a, cluster.n_gpus, cluster.gpu)
 
 
 @command("whatif", "One-variable sensitivity: what NIC bandwidth, micro-batch, recompute... are worth.")

@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import CalibrationMissingError, ProfileError
+from ..boundary.files import atomic_write_text, read_json
+from ..errors import CalibrationMissingError, InvalidInputError, ProfileError
+from .profile_schema import check_numbers
 from .specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 
 SCHEMA_VERSION = 1
@@ -295,7 +297,7 @@ class Profile:
         return [p for p, _ in _flagged(self.to_dict(), "profile")]
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Profile":
@@ -306,7 +308,7 @@ class Profile:
                                "re-run `complexity calibrate` or `complexity calibrate fit`")
         try:
             return _profile_from_dict(d)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProfileError("profile", type(exc).__name__,
                                "a profile JSON written by `complexity calibrate`",
                                f"missing or malformed entry {exc}") from None
@@ -317,11 +319,13 @@ class Profile:
         if not p.is_file():
             raise ProfileError("profile", str(p), "an existing profile JSON file")
         try:
-            data = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProfileError("profile", str(p), "a readable JSON file", str(exc)) from None
+            data = read_json("profile", p, "profile JSON file")
+        except InvalidInputError as exc:
+            raise ProfileError(exc.field, exc.value, exc.valid, exc.detail) from None
         if not isinstance(data, dict):
             raise ProfileError("profile", str(p), "a JSON object at top level")
+        if data.get("schema_version") == SCHEMA_VERSION:
+            check_numbers(data)                 # physical ranges of a file from outside
         return cls.from_dict(data)
 
 

@@ -60,6 +60,13 @@ class GPUSpec:
     l2_bytes: float = 0.0
     price_usd_per_hour: float = 0.0           # on-demand cloud ballpark (0 = unknown)
     source: str = ""
+    # attention kernel families the device runs (``AttentionImpl`` values); () = not stated
+    attention_kernels: tuple[str, ...] = ()
+
+    def supports_precision(self, dtype: str) -> bool:
+        """Whether the datasheet gives a peak for ``dtype`` (a chip without FP8 tensor cores
+        has no ``fp8`` entry); a device with no peak table says nothing and is not refused."""
+        return not self.peak_tflops or dtype in self.peak_tflops
 
     def peak(self, dtype: Dtype | str) -> float:
         """Dense peak TFLOP/s for ``dtype``; FP8 falls back to FP16 where the chip has none."""

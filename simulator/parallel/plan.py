@@ -1,11 +1,12 @@
 """Parallel strategy (``Plan``) and its validation against a model and a cluster."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
 from ..errors import InvalidInputError
-from ..hardware.specs import ClusterSpec, Dtype
+from ..hardware.specs import ClusterSpec, Dtype, GPUSpec
 from ..workload.spec import TransformerSpec
 from .conventions import MemoryConventions
 
@@ -117,13 +118,33 @@ class Plan:
 def validate(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> None:
     """Raise ``InvalidInputError`` naming the first field that does not fit."""
     _check_gpus(plan, cluster)
+    check_precision_supported(plan.precision.value, cluster.gpu)
     _check_model_split(plan, model)
     _check_batch(plan)
     _check_schedule(plan, model)
 
 
+def check_precision_supported(precision: str, gpu: GPUSpec) -> None:
+    """FP8 (any precision) only on a GPU whose datasheet (``hardware_db/data/gpus.json``
+    ``peak_tflops``) gives a peak for it."""
+    if not gpu.supports_precision(precision):
+        raise InvalidInputError("precision", precision,
+                                f"one {gpu.key} has tensor cores for: "
+                                + ", ".join(sorted(gpu.peak_tflops)))
+
+
+def check_attention_supported(attention: str, gpu: GPUSpec) -> None:
+    """An attention kernel family the GPU runs (``attention_kernels`` in
+    ``hardware_db/data/gpus.json``; e.g. ``flash3`` needs Hopper or Blackwell)."""
+    if gpu.attention_kernels and attention not in gpu.attention_kernels:
+        raise InvalidInputError("attention", attention,
+                                f"one {gpu.key} runs: " + ", ".join(gpu.attention_kernels))
+
+
 def _divisors(n: int) -> str:
-    ds = [d for d in range(1, n + 1) if n % d == 0]
+    """The first 12 divisors of ``n`` (O(sqrt n) and at most 10^6 steps)."""
+    small = [d for d in range(1, min(math.isqrt(n), 1_000_000) + 1) if n % d == 0]
+    ds = sorted(set(small) | {n // d for d in small})
     return ", ".join(map(str, ds[:12])) + (" ..." if len(ds) > 12 else "")
 
 
