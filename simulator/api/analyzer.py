@@ -109,11 +109,14 @@ class ComplexityAnalyzer:
             self.ledger.append(method, inputs, outputs, metrics)
 
     # ---- the workflow -----------------------------------------------------------------
-    def analyze_model(self, model: Any, config: TrainingConfig | Mapping[str, Any] | None = None
-                      ) -> BaselineMetrics:
+    def analyze_model(self, model: Any = None,
+                      config: TrainingConfig | Mapping[str, Any] | None = None,
+                      **config_keys: Any) -> BaselineMetrics:
         """Baseline FLOPs, memory, arithmetic intensity, bottleneck and step time of
-        ``model`` on ``config``."""
-        cfg = TrainingConfig.coerce(config)
+        ``model`` on ``config`` (keyword arguments: config keys, e.g. ``n_gpus=8``)."""
+        if model is None:
+            raise InvalidInputError("model", None, _MODEL_VALID)
+        cfg = TrainingConfig.coerce(_merged(config, config_keys))
         cur = self._resolve(model, cfg)
         cluster, prof = self._target(cfg)
         if cur.spec is not None:
@@ -138,6 +141,10 @@ class ComplexityAnalyzer:
         cur = self._need_model(model, base)
         targets = [(c, self.catalog.profile(c.gpu.key)) for c in self._clusters(hardware_specs, base)]
         if cur.spec is not None:
+            unknown = sorted(set(options) - set(SearchOptions.__dataclass_fields__))
+            if unknown:
+                raise InvalidInputError(unknown[0], options[unknown[0]], "a SearchOptions field: "
+                                        + ", ".join(SearchOptions.__dataclass_fields__))
             opts = SearchOptions(**{**self.options.__dict__, **options})
             best, self.last_search = transformer_flow.tune(cur.spec, base, targets, opts)
             found = self.last_search.to_dict()
@@ -155,9 +162,13 @@ class ComplexityAnalyzer:
         return best
 
     def predict_performance(self, config: TrainingConfig | Mapping[str, Any] | None = None, *,
-                            model: Any = None) -> Prediction:
-        """Simulate ``config`` (default: the current one) and return the prediction with
-        its breakdown."""
+                            model: Any = None, **config_keys: Any) -> Prediction:
+        """Simulate ``config`` (default: the current one; keyword arguments change single
+        keys, e.g. ``n_gpus=16``) and return the prediction with its breakdown."""
+        if config_keys:
+            base = config if config is not None else (
+                self.current.config if self.current else TrainingConfig())
+            config = _merged(base, config_keys)
         if isinstance(config, Mapping) and "model" in config and model is None:
             config = dict(config)
             model = config.pop("model")
@@ -189,6 +200,19 @@ class ComplexityAnalyzer:
         raise InvalidInputError("hardware_specs", type(specs).__name__,
                                 'a GPU key, {"gpu": "h100-sxm", "gpus": 32}, a HardwareChoice, '
                                 "a ClusterSpec, or a list of them")
+
+
+def _merged(config: TrainingConfig | Mapping[str, Any] | None,
+            keys: Mapping[str, Any]) -> TrainingConfig | Mapping[str, Any] | None:
+    """``config`` with single keys changed (each checked by ``TrainingConfig``)."""
+    if not keys:
+        return config
+    if isinstance(config, TrainingConfig):
+        config = config.to_dict() | ({"example_inputs": config.example_inputs}
+                                     if config.example_inputs is not None else {})
+    if config is not None and not isinstance(config, Mapping):
+        return config                                   # coerce names the bad type
+    return {**(config or {}), **keys}
 
 
 def _inputs(model: str, cfg: TrainingConfig) -> dict[str, Any]:

@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from ..boundary import limits as L
+from ..boundary.values import check_float, check_int
 from ..errors import InvalidInputError
 
 _INT_FIELDS = ("n_gpus", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp",
                "ep", "vpp", "zero_stage")
+_INT_RANGES = {"seq_len": (1, L.MAX_SEQ_LEN), "global_batch": (1, L.MAX_BATCH),
+               "micro_batch": (1, L.MAX_BATCH), "zero_stage": (0, 3), "vpp": (1, 4096)}
 _ALIASES = {"gpus": "n_gpus", "batch_size": "global_batch", "sequence_length": "seq_len"}
 
 
@@ -52,9 +56,8 @@ class TrainingConfig:
             v = getattr(self, name)
             if v is None and name in ("seq_len", "global_batch", "dp"):
                 continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "zero_stage" else 1):
-                raise InvalidInputError(name, v, "a positive integer" if name != "zero_stage"
-                                        else "0, 1, 2 or 3")
+            lo, hi = _INT_RANGES.get(name, (1, L.MAX_GPUS))
+            check_int(name, v, lo, hi)
         if not isinstance(self.gpu, str) or not self.gpu:
             raise InvalidInputError("gpu", self.gpu, "a GPU key such as h100-sxm")
         if self.strategy not in ("ddp", "fsdp"):
@@ -65,10 +68,14 @@ class TrainingConfig:
                 raise InvalidInputError("input_shape", self.input_shape,
                                         "a tuple of positive integers, e.g. (32, 3, 224, 224)")
             object.__setattr__(self, "input_shape", shape)
-        if self.bucket_cap_mb is not None and (isinstance(self.bucket_cap_mb, bool) or not
-                                               isinstance(self.bucket_cap_mb, (int, float))
-                                               or self.bucket_cap_mb <= 0):
-            raise InvalidInputError("bucket_cap_mb", self.bucket_cap_mb, "a positive size in MiB")
+        if self.bucket_cap_mb is not None:
+            check_float("bucket_cap_mb", self.bucket_cap_mb, 0.0, 1e6, lo_open=True)
+        for name in ("precision", "recompute", "engine", "input_dtype"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise InvalidInputError(name, v, "a string")
+        if not isinstance(self.sequence_parallel, bool):
+            raise InvalidInputError("sequence_parallel", self.sequence_parallel, "true or false")
 
     @classmethod
     def coerce(cls, config: "TrainingConfig | Mapping[str, Any] | None") -> "TrainingConfig":

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import InvalidInputError
+
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "samples_per_s", "mfu", "peak_memory_gb")
 
 
@@ -83,6 +85,9 @@ class ExperimentLedger:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self._n = 0
+        if self.dir.exists() and not self.dir.is_dir():
+            raise InvalidInputError("ledger", str(directory),
+                                    "a directory (new or holding a ledger); this is a file")
 
     def append(self, method: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                metrics: Mapping[str, float | None]) -> dict[str, Any]:

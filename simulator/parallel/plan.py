@@ -125,9 +125,10 @@ def validate(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> None:
 
 
 def check_precision_supported(precision: str, gpu: GPUSpec) -> None:
-    """FP8 (any precision) only on a GPU whose datasheet (``hardware_db/data/gpus.json``
-    ``peak_tflops``) gives a peak for it."""
-    if not gpu.supports_precision(precision):
+    """FP8 only on a GPU whose datasheet (``hardware_db/data/gpus.json`` ``peak_tflops``)
+    gives an FP8 peak. (16-bit formats are not refused: a V100 has no bf16 peak, and bf16
+    plans on it are priced at its fp16 rate, ``GPUSpec.peak``, as before.)"""
+    if precision == "fp8" and not gpu.supports_precision(precision):
         raise InvalidInputError("precision", precision,
                                 f"one {gpu.key} has tensor cores for: "
                                 + ", ".join(sorted(gpu.peak_tflops)))

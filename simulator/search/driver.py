@@ -131,8 +131,12 @@ class SearchOptions:
     intervals: bool = True                        # 80 % interval on every listed plan
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "objective", Objective(self.objective))
-        object.__setattr__(self, "executor", ExecutorKind(self.executor))
+        for name, enum in (("objective", Objective), ("executor", ExecutorKind)):
+            try:
+                object.__setattr__(self, name, enum(getattr(self, name)))
+            except ValueError:
+                raise InvalidInputError(name, getattr(self, name),
+                                        "one of " + ", ".join(e.value for e in enum)) from None
         if self.top_k < 1:
             raise InvalidInputError("top", self.top_k, "a positive integer")
         if self.event_top < 0:
