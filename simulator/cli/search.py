@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..api.catalog import HardwareDbCatalog
+from ..boundary.limits import MAX_BATCH, MAX_GPUS
 from ..errors import InfeasiblePlanError, InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
@@ -64,8 +65,17 @@ def parse_count(text: str, field: str) -> float:
     return v
 
 
+_LIST_MAX = {"gpus": MAX_GPUS, "gpus_list": MAX_GPUS, "global_batch": MAX_BATCH,
+             "micro_batches": MAX_BATCH, "zero_stages": 3}
+MAX_LIST = 1000
+
+
 def parse_int_list(text: str, field: str, minimum: int = 1) -> list[int]:
-    """``256,512,1024`` or a doubling range ``256..4096``."""
+    """``256,512,1024`` or a doubling range ``256..4096``; every value at most the field's
+    physical bound (``boundary.limits``) and at most ``MAX_LIST`` values."""
+    if len(str(text)) > 20 * MAX_LIST:
+        raise InvalidInputError(field, str(text)[:40] + "...", f"at most {MAX_LIST} values")
+    maximum = _LIST_MAX.get(field, MAX_GPUS)
     out: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
@@ -75,6 +85,7 @@ def parse_int_list(text: str, field: str, minimum: int = 1) -> list[int]:
                 lo, hi = int(m.group(1)), int(m.group(2))
                 if lo < max(1, minimum) or hi < lo:
                     raise ValueError
+                hi = min(hi, 2 * maximum)            # beyond it the check below refuses
                 while lo <= hi:
                     out.append(lo)
                     lo *= 2
@@ -82,8 +93,10 @@ def parse_int_list(text: str, field: str, minimum: int = 1) -> list[int]:
                 out.append(int(part))
         except ValueError:
             raise InvalidInputError(field, text, "positive integers like 256,512 or 256..4096") from None
-    if not out or any(v < minimum for v in out):
-        raise InvalidInputError(field, text, f"one or more integers >= {minimum}")
+    if not out or any(v < minimum for v in out) or any(v > maximum for v in out) \
+            or len(out) > MAX_LIST:
+        raise InvalidInputError(field, text, f"one to {MAX_LIST} integers >= {minimum} and "
+                                f"<= {maximum:,}")
     return out
 
 
