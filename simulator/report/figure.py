@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..boundary.files import atomic_path
 from ..errors import UnsupportedError
 
 
@@ -26,7 +27,9 @@ def save(fig, path: str | Path, tight: bool = True) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
     if tight:
         fig.tight_layout()
-    fig.savefig(p, dpi=120, metadata={"Software": None} if p.suffix == ".png" else None,
-                bbox_inches=None if tight else "tight")
+    with atomic_path(p) as tmp:              # never a half-written picture
+        fig.savefig(tmp, format=p.suffix.lstrip(".") or None, dpi=120,
+                    metadata={"Software": None} if p.suffix == ".png" else None,
+                    bbox_inches=None if tight else "tight")
     pyplot().close(fig)
     return p

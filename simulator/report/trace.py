@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..boundary.files import atomic_write_bytes, atomic_write_text
 from ..engine.result import Result
 
 _ORDER = ("compute", "host", "dispatch", "comm.tp", "comm.cp", "comm.ep", "comm.dp",
@@ -156,9 +157,9 @@ def write_chrome_trace(path: str | Path, result: Result) -> None:
     text = json.dumps(chrome_trace(result), sort_keys=True) + "\n"
     if str(path).endswith(".gz"):
         import gzip
-        Path(path).write_bytes(gzip.compress(text.encode(), mtime=0))
+        atomic_write_bytes(path, gzip.compress(text.encode(), mtime=0))
     else:
-        Path(path).write_text(text)
+        atomic_write_text(path, text)
 
 
 # ---- format check ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..boundary.files import atomic_write_text
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
@@ -105,7 +106,7 @@ class ResultStore:
         if fingerprint not in self._inputs:
             self._inputs[fingerprint] = record
             self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / "inputs.json").write_text(_canonical(self._inputs))
+            atomic_write_text(self.dir / "inputs.json", _canonical(self._inputs))
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> None:
         for r in records:

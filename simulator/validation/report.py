@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from ..boundary.files import atomic_path, atomic_write_text
 from ..errors import ComplexityError
 from .predict import RowOutcome, outcome_columns, row_model, summary_line
 
@@ -148,7 +149,7 @@ def write_report(outcomes: list[RowOutcome], out_dir: Path, learned=None) -> Pat
         from .coverage_report import plot_reliability
         learned.table.write_json(out_dir / TABLE_NAME)
         plot = plot_reliability(learned.heldout, out_dir / PLOT_NAME)
-    md.write_text(markdown(outcomes, learned, PLOT_NAME if plot else None))
+    atomic_write_text(md, markdown(outcomes, learned, PLOT_NAME if plot else None))
     cols: dict[str, list] = defaultdict(list)
     keys = list(outcomes[0].row.keys())
     for o in outcomes:
@@ -166,5 +167,6 @@ def write_report(outcomes: list[RowOutcome], out_dir: Path, learned=None) -> Pat
         cols["status"].append(o.status)
         cols["source_family"].append(source_family(o.row))
         cols["regimes"].append(";".join(regimes(o.row)))
-    pq.write_table(pa.table(dict(cols)), out_dir / "report.parquet")
+    with atomic_path(out_dir / "report.parquet") as tmp:
+        pq.write_table(pa.table(dict(cols)), tmp)
     return md

@@ -10,6 +10,7 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
+from ..boundary.files import atomic_write_text
 from ..report.figure import pyplot as _plt
 from .predict import RowOutcome, outcome_columns, summary_line
 from .report import source_family
@@ -104,5 +105,5 @@ def write_html(outcomes: list[RowOutcome], markdown_text: str, out_dir: Path) ->
             f"<h1>Validation report</h1>\n<p>{html.escape(summary_line(outcomes))}</p>\n{body}\n"
             f"<pre>{html.escape(markdown_text)}</pre>\n</body></html>\n")
     path = out_dir / "report.html"
-    path.write_text(page)
+    atomic_write_text(path, page)
     return path

@@ -14,9 +14,6 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from bad_input_corpus import (
     HF_BASE,
     ROW_BAD_CELLS,
@@ -25,9 +22,11 @@ from bad_input_corpus import (
     Case,
     all_cases,
     flag_cases,
-    output_cases,
     subparsers,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from simulator.boundary.values import parse_float, parse_int
 from simulator.cli import main as cli_main
 from simulator.cli.checks import FLAG_BOUNDS, numeric_flags
@@ -102,7 +101,8 @@ def test_bad_file_or_plan(case, tmp_path, capsys):
 def predicted_rows(tmp_path_factory):
     """One predict run over two good rows and one row per bad cell."""
     tmp = tmp_path_factory.mktemp("rows")
-    rows = list(csv.DictReader(open(RUNS)))
+    with open(RUNS) as f:
+        rows = list(csv.DictReader(f))
     good = [dict(rows[0], id="good_0"), dict(rows[1], id="good_1")]
     bad = [dict(rows[0], id=f"bad_{i}", **{col: v}) for i, (col, v) in enumerate(ROW_BAD_CELLS)]
     meas = [dict(rows[0], id=f"meas_{i}", measured_step_time_s=v)
@@ -158,7 +158,8 @@ def test_ragged_rows_are_invalid_rows_not_a_lost_file(predicted_rows):
 def test_interrupted_predict_with_bad_rows_resumes_without_losing_or_duplicating(
         tmp_path, monkeypatch, capsys):
     from simulator.validation import predict as predict_mod
-    rows = list(csv.DictReader(open(RUNS)))[:4]
+    with open(RUNS) as f:
+        rows = list(csv.DictReader(f))[:4]
     rows[1] = dict(rows[1], tp="abc")
     src, out = tmp_path / "runs.csv", tmp_path / "out.csv"
     with src.open("w", newline="") as f:
@@ -291,7 +292,8 @@ def test_property_any_value_at_any_config_key_is_a_spec_or_a_typed_error(key, va
                        st.text(max_size=12), max_size=5))
 def test_property_a_row_with_any_cells_is_checked_without_an_untyped_error(cells):
     from simulator.validation.runs_schema import check_row
-    row = dict(next(csv.DictReader(open(RUNS))), **cells)
+    with open(RUNS) as f:
+        row = dict(next(csv.DictReader(f)), **cells)
     try:
         check_row(row)
     except InvalidInputError as e:
