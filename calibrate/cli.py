@@ -59,6 +59,7 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
                               ) from None
     from .bench import bench_attention, bench_gemm, default_plan, quick_plan
     from .bench_comm import BenchmarkError, bench_comm
+    from .bench_host import bench_host
     from .bench_mem import bench_memory
     from .store import environment
     t0 = time.perf_counter()
@@ -68,7 +69,7 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
         print(describe(info), file=sys.stderr)
     env, plan = environment(info.key), quick_plan() if quick else default_plan()
     try:
-        for bench in (bench_gemm, bench_memory, bench_attention):
+        for bench in (bench_host, bench_gemm, bench_memory, bench_attention):
             bench(out, env, plan, quiet)
         try:
             bench_comm(out, env, plan, quiet)

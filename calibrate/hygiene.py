@@ -40,7 +40,8 @@ class Selected:
 
 
 def _group_key(bench: str, r: Mapping[str, Any]) -> int | None:
-    return int(r["threads"]) if bench in COMPUTE_BENCHES and "threads" in r else None
+    per_thread = bench in COMPUTE_BENCHES or bench == "host"
+    return int(r["threads"]) if per_thread and "threads" in r else None
 
 
 def select_rows(bench: str, rows: Sequence[Mapping[str, Any]], path: Path,

@@ -32,6 +32,7 @@ from .csvrows import Row, cite, load_rows, select
 from .fit import FitResult, GemmPoint, fit_gemm
 from .profile_io import write_profile
 from .reference_data import ATTENTION, DATASHEET, LAUNCH_SRC, LAUNCH_US, Datasheet
+from .reference_host import host_for
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
@@ -468,6 +469,7 @@ def build_profile(key: str, kern: Sequence[Row], extra: Sequence[Row], coll: Seq
             "with GPT and LLaMA workloads; the average is used for every GPU"),
         step_overhead_s=Coefficient(0.0, "s", "assumed: no per-step overhead microbenchmark "
                                     "in shared data"),
+        host=host_for(key),
         fingerprint=dict(FINGERPRINT),
         notes=" ".join(filter(None, [
             "Reference profile built from public microbenchmarks (hardware_db/data/"

@@ -59,6 +59,11 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp-overlap", action="store_true")
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
+    p.add_argument("--host-mode", default="eager", help="how the host launches kernels: "
+                   "eager, compiled (torch.compile per block) or cuda_graphs (per layer)")
+    p.add_argument("--host-mechanisms", default="", help="comma-separated framework host "
+                   "mechanisms (frameworks.json 'host'): megatron_p2p_sync, ddp_param_hooks, "
+                   "fsdp1_unit, deepspeed_bf16_grad_loop")
     p.add_argument("--engine", default="event", help="event or analytic")
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")
@@ -86,7 +91,9 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
                 global_batch=a.global_batch, sequence_parallel=a.sequence_parallel,
                 recompute=a.recompute, zero_stage=a.zero_stage, precision=a.precision,
                 schedule=schedule, attention=a.attention, dp_overlap=not a.no_dp_overlap,
-                tp_overlap=a.tp_overlap, dp_bucket_bytes=int(a.bucket_mb * 1e6))
+                tp_overlap=a.tp_overlap, dp_bucket_bytes=int(a.bucket_mb * 1e6),
+                host_mode=a.host_mode,
+                host_mechanisms=tuple(x.strip() for x in a.host_mechanisms.split(",") if x.strip()))
 
 
 def run_simulate(a: argparse.Namespace) -> int:

@@ -24,7 +24,8 @@ from .kernels import attention_time_s, gemm_time_s, memory_time_s
 
 @dataclass
 class PassCost:
-    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch)."""
+    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch). ``total_s``
+    is device time; ``host_s`` the host time to issue it (``simulator.cost.host``)."""
 
     compute_s: float = 0.0
     comm_s: dict[str, float] = field(default_factory=dict)   # exposed, by group
@@ -32,6 +33,8 @@ class PassCost:
     flops: float = 0.0                                        # executed (hardware) FLOPs
     model_flops: float = 0.0
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
+    host_s: float = 0.0                                       # host time issuing the pass
+    host_ops: float = 0.0                                     # ops the host issues
 
     @property
     def total_s(self) -> float:
@@ -42,6 +45,8 @@ class PassCost:
         self.interference_s += times * other.interference_s
         self.flops += times * other.flops
         self.model_flops += times * other.model_flops
+        self.host_s += times * other.host_s
+        self.host_ops += times * other.host_ops
         for k, v in other.comm_s.items():
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
         for k, v in other.op_times.items():

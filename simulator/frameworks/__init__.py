@@ -10,5 +10,7 @@ from .defaults import (
     Conventions,
     FrameworkDefaults,
 )
+from .host import HOST, FrameworkHost, HostFacts, HostMechanism, HostMode
 
-__all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Conventions", "FrameworkDefaults"]
+__all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "HOST", "Conventions",
+           "FrameworkDefaults", "FrameworkHost", "HostFacts", "HostMechanism", "HostMode"]

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Mapping
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..errors import ComplexityError, InfeasiblePlanError, InvalidInputError
+from ..frameworks import HOST
 from ..frameworks.defaults import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
@@ -111,10 +112,19 @@ def missing_heads(row: Mapping[str, str]) -> bool:
 
 
 # ---- plan ----------------------------------------------------------------------------------
-def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
+def host_settings(fw_name: str, bf16_row: bool) -> tuple[str, tuple[str, ...]]:
+    """The framework's launch mode and host mechanisms (``frameworks.json`` "host");
+    DeepSpeed's bf16 gradient loop runs only in bf16 runs."""
+    h = HOST.framework(fw_name)
+    mech = tuple(m for m in h.mechanisms if bf16_row or m != "deepspeed_bf16_grad_loop")
+    return h.mode, mech
+
+
+def base_plan(row: Mapping[str, str], fw: FrameworkDefaults, fw_name: str = "") -> Plan:
     tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
     bf16_row = (row.get("precision") or "").strip() == "bf16"   # fw's bf16-only behaviour
     vpp = _int(row, "vpp", 1)
+    mode, mechanisms = host_settings(fw_name, bf16_row)
     return Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
                 vpp=vpp, micro_batch=_int(row, "micro_batch", 1),
                 global_batch=_int(row, "global_batch"),
@@ -126,7 +136,8 @@ def base_plan(row: Mapping[str, str], fw: FrameworkDefaults) -> Plan:
                 attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
                 pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p,
                 grad_accum_bytes_per_param=fw.grad_accum_bytes_per_param if bf16_row else 0.0,
-                zero1_allreduce=fw.zero1_allreduce and bf16_row)
+                zero1_allreduce=fw.zero1_allreduce and bf16_row,
+                host_mode=mode, host_mechanisms=mechanisms)
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan,
@@ -194,7 +205,7 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     model = row_model(row)
     cluster = make_cluster(row)
     prof = get_profile(cluster.gpu.key)
-    base = base_plan(row, fw)
+    base = base_plan(row, fw, fw_name)
     best: tuple[float, Result, str] | None = None
     fallback: tuple[float, Result, str] | None = None
     for plan, note in candidate_plans(row, base, fw):
