@@ -92,8 +92,9 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
                 recompute=a.recompute, zero_stage=a.zero_stage, precision=a.precision,
                 schedule=schedule, attention=a.attention, dp_overlap=not a.no_dp_overlap,
                 tp_overlap=a.tp_overlap, dp_bucket_bytes=int(a.bucket_mb * 1e6),
-                host_mode=a.host_mode,
-                host_mechanisms=tuple(x.strip() for x in a.host_mechanisms.split(",") if x.strip()))
+                host_mode=getattr(a, "host_mode", "eager"),
+                host_mechanisms=tuple(x.strip() for x in getattr(a, "host_mechanisms", "").split(",")
+                                      if x.strip()))
 
 
 def run_simulate(a: argparse.Namespace) -> int:
