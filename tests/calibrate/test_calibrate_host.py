@@ -112,3 +112,17 @@ def test_reference_host_transfers_the_published_linear_cost():
     assert g.op_fwd_us.value == linear["GB200"] == 37.08
     assert host_for("a100-sxm-80gb").op_fwd_us.value == 13.48
     assert not h.synchronous and "host_overhead.csv line 6" in h.op_fwd_us.source
+
+
+def test_a_memory_kernel_with_few_clean_points_keeps_all_of_them(tmp_path: Path):
+    """Each memory-bound kernel is fitted on its own: when other load spoiled most of one
+    kernel's points, that kernel keeps all its points (and the thread count is marked)
+    instead of leaving one clean point to fit two parameters (a busy-host failure)."""
+    from calibrate.hygiene import select_rows
+    rows = [{"kernel": k, "pass": "fwd", "threads": 2, "suspect": k == "copy" and i > 0,
+             "bytes_moved": 1e6 * (i + 1)} for k in ("copy", "layernorm", "gelu")
+            for i in range(5)]
+    sel = select_rows("memory", rows, tmp_path / "memory.parquet")
+    assert sum(r["kernel"] == "copy" for r in sel.rows) == 5
+    assert sum(r["kernel"] == "gelu" for r in sel.rows) == 5
+    assert sel.contaminated_threads == frozenset({2})
