@@ -45,7 +45,7 @@ COLUMNS = ["mechanism", "metric", "value_us", "op_fwd_us_same_run", "eager_ops",
 def _low_us(cases, trials: int = 40) -> dict[str, tuple[float, float]]:
     """Interleaved timing; 10th percentile over trials, microseconds (fwd, bwd)."""
     r = time_interleaved(cases, trials=trials)
-    return {k: (f.p10_s * 1e6, b.p10_s * 1e6) for k, (f, b) in r.items()}
+    return {k: (f.p10_s * 1e6, b.p10_s * 1e6) for k, (f, b, _, _) in r.items()}
 
 
 def probe_us() -> dict[str, float]:

@@ -41,7 +41,7 @@ def host_model(rows: Sequence[Mapping[str, Any]], threads: int, dirty: bool) -> 
             if r["kind"] == "decoder"}
     lo, hi = HOST_LAYERS
     src = (f"fit to measurements/host.parquet ({len(sel)} points at {threads} thread(s), "
-           f"10th-percentile time): tiny decoders (calibrate.torch_model, hidden 32, seq 8) "
+           f"fastest of 40 trials, thread CPU time): tiny decoders (calibrate.torch_model, hidden 32, seq 8) "
            f"with {hi} vs {lo} layers; time difference / op-graph ops of the extra layers "
            f"(the layers issue {(aten[hi] - aten[lo]) / (hi - lo):.0f} non-view aten ops per "
            f"layer forward against the op graph's {_graph(sel, hi, lo, 'fwd')}); a "
