@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .device import llc_bytes
 from .store import Progress, Stats, Store, time_call
 
 SUSPECT_RATIO = 3.0     # more threads should never be this much slower than one thread
@@ -119,8 +120,11 @@ def quick_plan() -> Plan:
 
 
 def _dtype(name: str):
+    """torch dtype of a GEMM dtype name (tf32: fp32 storage, TF32 tensor-core math, which
+    ``calibrate.bench_gpu`` switches on around those points)."""
     import torch
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+    return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+            "fp16": torch.float16, "fp8": torch.float8_e4m3fn}[name]
 
 
 def _threads(n: int | None):
@@ -170,26 +174,19 @@ class BusyRetry:
         return best, best.pressure > PRESSURE_SUSPECT
 
 
-def llc_bytes() -> int:
-    """Last-level cache size from sysfs (32 MiB if unknown)."""
-    try:
-        txt = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
-        mult = {"K": 1024, "M": 1024 ** 2}.get(txt[-1], 1)
-        return int(txt.rstrip("KM")) * mult
-    except (OSError, ValueError, IndexError):
-        return 32 * 1024 ** 2
+_FLUSH: dict = {}
 
 
-_FLUSH: list = []
-
-
-def flush_cache() -> None:
-    """Rewrite a buffer of 3x the last-level cache (at most 256 MiB): evicts GEMM operands."""
+def flush_cache(dev=None) -> None:
+    """Rewrite a buffer larger than the device's last-level cache (``dev.flush_bytes``:
+    3x a CPU's L3 up to 256 MiB, 4x a GPU's L2 from 256 MiB; default this CPU): evicts the
+    operands of the next timed call."""
     import torch
-    if not _FLUSH:
-        n = min(3 * llc_bytes(), 256 * 1024 ** 2) // 4
-        _FLUSH.append(torch.zeros(n))
-    _FLUSH[0].add_(1.0)
+    name = dev.name if dev is not None else "cpu"
+    if name not in _FLUSH:
+        n = (dev.flush_bytes if dev is not None else min(3 * llc_bytes(), 256 * 1024 ** 2)) // 4
+        _FLUSH[name] = torch.zeros(n, device=name)
+    _FLUSH[name].add_(1.0)
 
 
 # ---- GEMM ------------------------------------------------------------------------------------
@@ -198,16 +195,27 @@ def _gemm_point(p: tuple) -> tuple[int, int, int, str, str]:
     return int(m), int(n), int(k), dt, (p[4] if len(p) > 4 else "NN")
 
 
-def _mm_operands(m: int, n: int, k: int, dt: str, layout: str, gen=None):
-    """Operands stored as a training step stores them: W as (out, in), x as (tokens, in)."""
+def _mm_operands(m: int, n: int, k: int, dt: str, layout: str, gen=None, device=None):
+    """Operands stored as a training step stores them: W as (out, in), x as (tokens, in),
+    on ``device`` (default the CPU). fp8 runs ``torch._scaled_mm`` (e4m3 operands, unit
+    scales, bf16 output), which takes only the NT layout (row-major x, column-major W^T)."""
     import torch
     dtype = _dtype(dt)
     mk = (k, m) if layout == "TN" else (m, k)
     kn = (n, k) if layout == "NT" else (k, n)
-    a = torch.randn(*mk, generator=gen).to(dtype)
-    b = torch.randn(*kn, generator=gen).to(dtype)
+    if device is None or torch.device(device).type == "cpu":
+        a = torch.randn(*mk, generator=gen).to(dtype)
+        b = torch.randn(*kn, generator=gen).to(dtype)
+    else:
+        a = torch.randn(*mk, device=device, dtype=torch.bfloat16).to(dtype)
+        b = torch.randn(*kn, device=device, dtype=torch.bfloat16).to(dtype)
     a = a.t() if layout == "TN" else a
     b = b.t() if layout == "NT" else b
+    if dt == "fp8":
+        if layout != "NT":
+            raise ValueError("fp8 GEMMs (torch._scaled_mm) take the NT layout only")
+        one = torch.ones((), device=a.device, dtype=torch.float32)
+        return lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
     return lambda: torch.mm(a, b)
 
 
@@ -259,10 +267,12 @@ def thread_counts() -> tuple[int | None, ...]:
 
 # ---- attention -------------------------------------------------------------------------------
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True) -> float:
-    """Executed forward FLOPs with the simulator's convention (simulator/workload/ops.py):
-    ``4 b h s^2 d``, causal kernels skip the masked half (block size 128)."""
+    """Executed forward FLOPs with the simulator's convention
+    (``simulator.workload.ops.executed_attention_flops``): ``4 b h s^2 d``, of which a causal
+    call executes half."""
+    from simulator.workload.ops import executed_attention_flops
     full = 4.0 * batch * heads * seq * seq * head_dim
-    return full * (0.5 + 0.5 / max(1, seq // 128)) if causal else full
+    return executed_attention_flops(full, seq, causal)
 
 
 def bench_attention(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = False) -> Path:
@@ -292,15 +302,32 @@ def bench_attention(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool =
     return store.path
 
 
-def _attn_fn(b: int, h: int, s: int, d: int, pas: str):
+def _attn_fn(b: int, h: int, s: int, d: int, pas: str, device=None, dtype: str = "fp32",
+             backend=None):
+    """Causal SDPA on ``device`` in ``dtype``; ``backend`` (an ``SDPBackend``) pins the
+    kernel (``calibrate.bench_gpu``: flash, cuDNN), None lets torch choose."""
+    import contextlib
+
     import torch
     import torch.nn.functional as F
-    q, k, v = (torch.randn(b, h, s, d, requires_grad=(pas == "fwd_bwd")) for _ in range(3))
+    kw = {} if device is None else {"device": device, "dtype": _dtype(dtype)}
+    q, k, v = (torch.randn(b, h, s, d, requires_grad=(pas == "fwd_bwd"), **kw)
+               for _ in range(3))
+    grad = torch.ones(b, h, s, d, **kw) if pas == "fwd_bwd" else None
+
+    def pinned():
+        if backend is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+        return sdpa_kernel(backend)
 
     def run():
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        if pas == "fwd_bwd":
-            o.sum().backward()
+        with pinned():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if pas == "fwd_bwd" and grad is None:
+                o.sum().backward()
+            elif pas == "fwd_bwd":      # the gradients alone: no accumulation into q.grad
+                torch.autograd.grad(o, (q, k, v), grad)
     return run
 
 

@@ -76,33 +76,35 @@ def optimizer_bytes_fp32() -> float:
     return optimizer_bytes_per_param(SimPlan(precision="fp32"))
 
 
-def _shape(kernel: str, elems: int) -> tuple[int, int]:
-    cols = VOCAB_COLS if kernel == "cross_entropy" else HIDDEN_COLS
+def _shape(kernel: str, elems: int, cols: int = 0) -> tuple[int, int]:
+    cols = cols or (VOCAB_COLS if kernel == "cross_entropy" else HIDDEN_COLS)
     cols = min(cols, elems)
     return max(1, elems // cols), cols
 
 
-def mem_fn(kernel: str, elems: int, pas: str):
-    """The timed callable of one point (``pas`` "fwd" or "bwd")."""
+def mem_fn(kernel: str, elems: int, pas: str, device=None, dtype=None, cols: int = 0):
+    """The timed callable of one point (``pas`` "fwd" or "bwd") on ``device`` (default the
+    CPU) in ``dtype`` (default fp32), rows of ``cols`` elements (default ``_shape``'s)."""
     import torch
     import torch.nn.functional as F
+    kw = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
     if kernel == "first_touch":
-        return lambda: torch.ones(elems)
-    rows, cols = _shape(kernel, elems)
-    x = torch.randn(rows, cols, requires_grad=(pas == "bwd"))
+        return lambda: torch.ones(elems, **kw)
+    rows, cols = _shape(kernel, elems, cols)
+    x = torch.randn(rows, cols, requires_grad=(pas == "bwd"), **kw)
     if kernel == "copy":
         return lambda: x.clone()
     if kernel == "add":
-        y = torch.randn(rows, cols)
+        y = torch.randn(rows, cols, **kw)
         return lambda: torch.add(x.detach(), y)            # forward add and gradient sum alike
     if kernel == "layernorm":
-        w = torch.ones(cols, requires_grad=(pas == "bwd"))
+        w = torch.ones(cols, requires_grad=(pas == "bwd"), **kw)
         f = lambda: F.layer_norm(x, (cols,), w)
         inputs = (x, w)
     elif kernel == "gelu":
         f, inputs = (lambda: F.gelu(x)), (x,)
     elif kernel == "cross_entropy":
-        t = torch.randint(0, cols, (rows,))
+        t = torch.randint(0, cols, (rows,), device=device)
         f, inputs = (lambda: F.cross_entropy(x, t)), (x,)
     else:
         raise ValueError(kernel)

@@ -30,7 +30,7 @@ from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 from simulator.network.collectives import Collective
 
 from .cpu_host import host_launch, host_model, load_host_rows
-from .discover import DeviceInfo, discover
+from .discover import DeviceInfo, discover_cpu
 from .fit import (
     AttnPoint,
     FitResult,
@@ -388,7 +388,7 @@ def fit_profiles(out_dir: Path, info: DeviceInfo | None = None,
                  strict: bool = False) -> dict[str, Profile]:
     """Profiles keyed by file name (``profile.json``, ``profile_1thread.json``)."""
     m = load_measurements(out_dir, strict)
-    info = info or discover()
+    info = info or discover_cpu()
     bw, links, overlap, comm_fits = _communication(m)
     env = {k: str(m.gemm[0].get(k, "")) for k in FINGERPRINT_KEYS}
     hsel = load_host_rows(out_dir, strict)

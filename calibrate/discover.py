@@ -1,15 +1,20 @@
-"""Device discovery: NVIDIA GPUs through pynvml when present, otherwise this CPU.
+"""Device discovery: NVIDIA GPUs through pynvml (or torch.cuda where pynvml is missing),
+otherwise this CPU.
 
 No GPU is a normal case: ``discover()`` then says "no NVIDIA GPU found" and describes the
-CPU (model, cores, the threads torch uses). Nothing here raises on a machine without
-pynvml, torch or a GPU; torch and pynvml are imported lazily.
+CPU (model, cores, the threads torch uses). ``discover_cpu()`` describes the CPU even on a
+GPU host (``complexity calibrate --device cpu``: the profile names the device measured).
+Only the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible are listed (in torch's order); two
+GPUs are "NVLINK" connected only where NVML reports NVLink peer-to-peer between them;
+the SM count comes from torch. Nothing here raises on a machine without pynvml, torch or a
+GPU; torch and pynvml are imported lazily.
 """
 from __future__ import annotations
 
 import os
 import platform
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class GpuInfo:
     pcie_gen: int
     pcie_width: int
     nvlinks_active: int
+    sm_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class DeviceInfo:
     topology: tuple[tuple[str, ...], ...] = () # GPU-to-GPU link matrix ("NVLINK", "PCIE", ...)
     message: str = ""
     flags: tuple[str, ...] = field(default=())
+    driver: str = ""                           # NVIDIA driver version ("" unknown / CPU)
 
     @property
     def key(self) -> str:
@@ -91,20 +98,41 @@ def torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def _nvml_gpus() -> tuple[list[GpuInfo], list[tuple[str, ...]]] | None:
-    """GPUs and the topology matrix from NVML, or None without pynvml / a GPU."""
+def visible_indices(count: int, visible: str | None = None) -> list[int]:
+    """NVML indices of the GPUs torch sees, in torch's order (``CUDA_VISIBLE_DEVICES`` as
+    integers; UUIDs or unset: all)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None:
+        return list(range(count))
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if not all(v.isdigit() for v in ids):
+        return list(range(count))
+    out = []
+    for v in ids:               # CUDA stops at the first invalid entry
+        if int(v) >= count or int(v) in out:
+            break
+        out.append(int(v))
+    return out
+
+
+def _nvml_gpus() -> tuple[list[GpuInfo], list[tuple[str, ...]], str] | None:
+    """Visible GPUs, their link matrix and the driver version from NVML, or None without
+    pynvml / a GPU."""
     try:
         import pynvml
         pynvml.nvmlInit()
     except Exception:          # noqa: BLE001 - pynvml missing or no driver: not an error
         return None
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        gpus = [_gpu_info(pynvml, i, h) for i, h in enumerate(handles)]
-        topo = [tuple(_topo(pynvml, a, b) if a is not b else "X" for b in handles)
-                for a in handles]
-        return (gpus, topo) if gpus else None
+        idx = visible_indices(pynvml.nvmlDeviceGetCount())
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in idx]
+        sms = _torch_sm_counts(len(handles))
+        gpus = [replace(_gpu_info(pynvml, i, h), sm_count=sms[i]) for i, h in enumerate(handles)]
+        topo = [tuple("X" if i == j else _link(pynvml, a, b) for j, b in enumerate(handles))
+                for i, a in enumerate(handles)]
+        driver = _safe(pynvml.nvmlSystemGetDriverVersion, "")
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        return (gpus, topo, driver) if gpus else None
     except Exception:          # noqa: BLE001
         return None
     finally:
@@ -112,6 +140,40 @@ def _nvml_gpus() -> tuple[list[GpuInfo], list[tuple[str, ...]]] | None:
             pynvml.nvmlShutdown()
         except Exception:      # noqa: BLE001
             pass
+
+
+def _torch_sm_counts(n: int) -> list[int]:
+    """SMs of torch's GPUs 0..n-1 (0 where torch or CUDA is missing)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return [int(torch.cuda.get_device_properties(i).multi_processor_count)
+                    if i < torch.cuda.device_count() else 0 for i in range(n)]
+    except Exception:          # noqa: BLE001
+        pass
+    return [0] * n
+
+
+def _torch_gpus() -> list[GpuInfo]:
+    """GPUs as torch.cuda sees them (no pynvml): name, memory, SMs; clocks unknown."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return []
+        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    except Exception:          # noqa: BLE001 - broken driver: no GPU
+        return []
+    return [GpuInfo(i, p.name, float(p.total_memory), 0, 0, 0.0, 0, 0, 0,
+                    int(p.multi_processor_count)) for i, p in enumerate(props)]
+
+
+def _link(nv, a, b) -> str:
+    """"NVLINK" where NVML reports NVLink peer-to-peer between the two, else the PCIe
+    topology level."""
+    ok = _safe(lambda: nv.nvmlDeviceGetP2PStatus(a, b, nv.NVML_P2P_CAPS_INDEX_NVLINK), None)
+    if ok is not None and ok == getattr(nv, "NVML_P2P_STATUS_OK", 0):
+        return "NVLINK"
+    return _topo(nv, a, b)
 
 
 def _safe(fn, default):
@@ -145,18 +207,25 @@ def _topo(nv, a, b) -> str:
 
 
 def discover() -> DeviceInfo:
-    """Describe this machine; never raises."""
-    cores, threads, mem = os.cpu_count() or 1, torch_threads(), host_mem_bytes()
+    """Describe this machine: its visible NVIDIA GPUs, else its CPU; never raises."""
+    cores, threads = os.cpu_count() or 1, torch_threads()
     found = _nvml_gpus()
+    if found is None and _torch_gpus():
+        found = (_torch_gpus(), [], "")
     if found:
-        gpus, topo = found
-        topo = [tuple("NVLINK" if gpus[i].nvlinks_active and t not in ("X",) and
-                      gpus[j].nvlinks_active else t for j, t in enumerate(row))
-                for i, row in enumerate(topo)]
+        gpus, topo, driver = found
+        how = "" if topo or len(gpus) == 1 else " (pynvml missing: clocks and links unknown)"
         return DeviceInfo("cuda", gpus[0].name, cores, threads, gpus[0].mem_bytes,
-                          tuple(gpus), tuple(topo), f"{len(gpus)} x {gpus[0].name}")
-    name = cpu_model_name()
-    msg = (f"no NVIDIA GPU found; calibrating the CPU: {name}, {cores} logical cores, "
+                          tuple(gpus), tuple(tuple(r) for r in topo),
+                          f"{len(gpus)} x {gpus[0].name}{how}", driver=driver)
+    return discover_cpu("no NVIDIA GPU found; ")
+
+
+def discover_cpu(prefix: str = "") -> DeviceInfo:
+    """This host's CPU (model, cores, the threads torch uses), whatever GPUs it has."""
+    cores, threads, mem, name = os.cpu_count() or 1, torch_threads(), host_mem_bytes(), \
+        cpu_model_name()
+    msg = (f"{prefix}calibrating the CPU: {name}, {cores} logical cores, "
            f"torch uses {threads or 'n/a (torch not installed)'} threads")
     return DeviceInfo("cpu", name, cores, threads, mem, message=msg, flags=cpu_flags())
 
@@ -168,9 +237,12 @@ def describe(info: DeviceInfo) -> str:
         lines.append(f"  memory {info.mem_bytes / 1e9:.1f} GB; SIMD: "
                      f"{' '.join(info.flags) or 'unknown'}")
     for g in info.gpus:
-        lines.append(f"  GPU{g.index}: {g.name}, {g.mem_bytes / 1e9:.0f} GB, SM {g.sm_clock_mhz} "
+        lines.append(f"  GPU{g.index}: {g.name}, {g.mem_bytes / 1e9:.0f} GB, {g.sm_count} SMs, "
+                     f"SM clock max {g.sm_clock_mhz} "
                      f"MHz, mem {g.mem_clock_mhz} MHz, {g.power_limit_w:.0f} W, PCIe gen "
                      f"{g.pcie_gen} x{g.pcie_width}, {g.nvlinks_active} NVLinks up")
+    if info.driver:
+        lines.append(f"  NVIDIA driver {info.driver}")
     if info.topology:
         lines.append("  topology: " + " | ".join(" ".join(r) for r in info.topology))
     return "\n".join(lines)

@@ -20,9 +20,14 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.cost.kernels import gemm_time_core_s, wave_efficiency
+from simulator.cost.kernels import gemm_time_core_s, tile_efficiency
 from simulator.errors import InvalidInputError
-from simulator.hardware.profile import Coefficient, LinkCoefficients
+from simulator.hardware.profile import (
+    AttentionCurve,
+    AttentionModel,
+    Coefficient,
+    LinkCoefficients,
+)
 from simulator.network.collectives import (
     Collective,
     alpha_beta_time_s,
@@ -37,26 +42,34 @@ F_SCALE = 0.05             # residuals beyond ~5 % (log space) are down-weighted
 # ---- measurement rows ------------------------------------------------------------------
 @dataclass(frozen=True)
 class GemmPoint:
-    """One timed ``(m x k) @ (k x n)`` matmul; ``elem_bytes`` per element (2 = bf16)."""
+    """One timed ``(m x k) @ (k x n)`` matmul (``groups`` of them in one batched / grouped
+    kernel); ``elem_bytes`` per element (2 = bf16). ``harness`` names a timing method whose
+    per-call floor differs from a bare kernel's (e.g. ``"do_bench"``: Triton's benchmark
+    loop, which adds a cache flush and launch per call); ``""`` is kernel time."""
 
     m: int
     n: int
     k: int
     time_s: float
     elem_bytes: int = 2
+    groups: int = 1
+    harness: str = ""
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
+        return 2.0 * self.groups * self.m * self.n * self.k
 
     @property
     def bytes_moved(self) -> float:
-        return float(self.elem_bytes * (self.m * self.k + self.k * self.n + self.m * self.n))
+        return float(self.groups * self.elem_bytes
+                     * (self.m * self.k + self.k * self.n + self.m * self.n))
 
     @classmethod
-    def from_tflops(cls, m: int, n: int, k: int, tflops: float, elem_bytes: int = 2) -> "GemmPoint":
+    def from_tflops(cls, m: int, n: int, k: int, tflops: float, elem_bytes: int = 2,
+                    groups: int = 1, harness: str = "") -> "GemmPoint":
         """A point reported as achieved TFLOP/s (10^12 FLOP/s)."""
-        return cls(m, n, k, 2.0 * m * n * k / (tflops * 1e12), elem_bytes)
+        return cls(m, n, k, 2.0 * groups * m * n * k / (tflops * 1e12), elem_bytes, groups,
+                   harness)
 
 
 @dataclass(frozen=True)
@@ -236,30 +249,51 @@ def robust_fit(spec: _Spec, model: Model, rows: Sequence[object], fixed: Mapping
 GEMM_PARAMS = ("eff_max", "k_half", "launch_us")
 
 
+def harness_param(harness: str) -> str:
+    """Name of the fitted per-call floor of a timing harness (a nuisance parameter)."""
+    return f"t0_{harness}_us"
+
+
 def gemm_model(peak_tflops: float, sm_count: int, mem_bw_gbytes_per_s: float,
-               tile_m: int, tile_n: int) -> Model:
-    """``simulator.cost.kernels.gemm_time_core_s`` (with ``wave_efficiency``) as a fit model."""
+               tile_m: int, tile_n: int, tiles: Sequence[tuple[int, int]] = (),
+               persistent: bool = False) -> Model:
+    """``simulator.cost.kernels.gemm_time_core_s`` (with ``tile_efficiency``) as a fit model.
+
+    No sustained-clock ceiling: microbenchmark rows are short runs at boost clock; the
+    ceiling is a separate measurement (MSMF). A point from a harness uses that harness's
+    fitted floor in place of ``launch_us``.
+    """
+    shapes = tuple(tiles) or ((tile_m, tile_n),)
+
     def model(p: Mapping[str, float], r: GemmPoint) -> float:
-        wave = wave_efficiency(r.m, r.n, tile_m, tile_n, sm_count)
-        return gemm_time_core_s(r.m, r.n, r.k, r.bytes_moved, peak_tflops * 1e12,
-                                p["eff_max"], p["k_half"], p["launch_us"] * 1e-6, wave,
+        wave = tile_efficiency(r.m, r.n, shapes, sm_count, r.groups, persistent)
+        t0 = p[harness_param(r.harness)] if r.harness else p["launch_us"]
+        return gemm_time_core_s(r.groups * r.m, r.n, r.k, r.bytes_moved, peak_tflops * 1e12,
+                                p["eff_max"], p["k_half"], t0 * 1e-6, wave,
                                 mem_bw_gbytes_per_s * 1e9)
     return model
 
 
 def fit_gemm(rows: Sequence[GemmPoint], gpu_peak_tflops: float, sm_count: int,
              mem_bw_gbytes_per_s: float, tile_m: int = 128, tile_n: int = 128,
-             fixed: Mapping[str, float] | None = None, eff_max_upper: float = 1.0) -> FitResult:
-    """Fit ``eff_max`` (dimensionless), ``k_half`` (elements), ``launch_us`` (microseconds).
+             fixed: Mapping[str, float] | None = None, eff_max_upper: float = 1.0,
+             tiles: Sequence[tuple[int, int]] = (), persistent: bool = False) -> FitResult:
+    """Fit ``eff_max`` (dimensionless), ``k_half`` (elements), ``launch_us`` (microseconds),
+    plus one per-call floor ``t0_<harness>_us`` per timing harness among the rows.
 
     ``gpu_peak_tflops`` is the datasheet dense peak of the dtype; ``mem_bw_gbytes_per_s`` the
-    achieved memory bandwidth (peak x bw_eff) used by the memory-bound branch. With one
+    achieved memory bandwidth (peak x bw_eff) used by the memory-bound branch. ``tiles`` /
+    ``persistent``: the tile model (``simulator.cost.kernels.tile_efficiency``). With one
     point, fix two of the three parameters. ``eff_max_upper`` > 1 lets a device without a
     known peak (a CPU: pass peak 1.0) fit its asymptotic TFLOP/s as ``eff_max``.
     """
-    spec = _Spec(GEMM_PARAMS, (min(0.8, eff_max_upper), 256.0, 5.0),
-                 (1e-4, 0.0, 0.0), (eff_max_upper, 1e5, 1e5))
-    model = gemm_model(gpu_peak_tflops, sm_count, mem_bw_gbytes_per_s, tile_m, tile_n)
+    harnesses = sorted({r.harness for r in rows if r.harness})
+    names = GEMM_PARAMS + tuple(harness_param(h) for h in harnesses)
+    spec = _Spec(names, (min(0.8, eff_max_upper), 256.0, 5.0) + (5.0,) * len(harnesses),
+                 (1e-4, 0.0, 0.0) + (0.0,) * len(harnesses),
+                 (eff_max_upper, 1e5, 1e5) + (1e3,) * len(harnesses))
+    model = gemm_model(gpu_peak_tflops, sm_count, mem_bw_gbytes_per_s, tile_m, tile_n, tiles,
+                       persistent)
     starts = [{"k_half": 0.0, "launch_us": 1.0}, {"k_half": 2048.0, "launch_us": 20.0}]
     return robust_fit(spec, model, rows, fixed or {}, lambda r: r.flops, starts)
 
@@ -319,6 +353,50 @@ def fit_attention(rows: Sequence[AttnPoint], peak_tflops: float, launch_us: floa
     spec = _Spec(("eff",), (0.5,), (1e-5,), (10.0,))
     return robust_fit(spec, attention_model(peak_tflops, launch_us), rows, {},
                       lambda r: r.flops)
+
+
+@dataclass(frozen=True)
+class AttnCurvePoint:
+    """One fused-attention benchmark point: achieved fraction ``eff`` of the 16-bit peak at
+    key length ``seq``, ``head_dim`` and masking. ``time_s`` is ``1 / eff`` (time per FLOP
+    in units of the peak), so the generic fit weighs relative errors of time."""
+
+    seq: int
+    head_dim: int
+    causal: bool
+    eff: float
+
+    @property
+    def time_s(self) -> float:
+        return 1.0 / self.eff
+
+
+def _attention_curve_model(head_dims: Sequence[int], causal_block: float) -> Model:
+    """``AttentionModel.curve_eff`` (the simulator's formula) as a fit model; parameters
+    ``emax_<d>`` per head dim, ``s_half`` and ``causal_eff``."""
+    def model(p: Mapping[str, float], r: AttnCurvePoint) -> float:
+        emax = {str(d): Coefficient(p[f"emax_{d}"], "", "") for d in head_dims}
+        m = AttentionModel({}, {}, {"f:fwd": AttentionCurve(emax, Coefficient(p["s_half"], "", ""))},
+                           Coefficient(p["causal_eff"], "", ""),
+                           Coefficient(causal_block, "", ""))
+        return 1.0 / m.curve_eff("f", False, r.seq, r.head_dim, r.causal)
+    return model
+
+
+def fit_attention_curve(rows: Sequence[AttnCurvePoint], causal_block: float = 128.0,
+                        fixed: Mapping[str, float] | None = None) -> FitResult:
+    """Fit ``eff(s) = emax(head_dim) * s / (s + s_half)`` (causal: ``causal_eff * emax * s /
+    (s + 2 s_half + causal_block)``) to one kernel family's benchmark points."""
+    dims = sorted({r.head_dim for r in rows})
+    names = tuple(f"emax_{d}" for d in dims) + ("s_half", "causal_eff")
+    top = max(r.eff for r in rows)
+    spec = _Spec(names, (top,) * len(dims) + (200.0, 1.0), (1e-3,) * len(dims) + (0.0, 0.3),
+                 (1.0,) * len(dims) + (1e5, 1.2))
+    fx = dict(fixed or {})
+    if not any(r.causal for r in rows):
+        fx.setdefault("causal_eff", 1.0)
+    return robust_fit(spec, _attention_curve_model(dims, causal_block), rows, fx,
+                      lambda r: (r.causal, r.head_dim, r.seq), [{"s_half": 20.0}, {"s_half": 1000.0}])
 
 
 # ---- collectives ---------------------------------------------------------------------------

@@ -91,3 +91,28 @@ ATTENTION = {
                       "(~475 TF) used"),
     },
 }
+
+# NCCL's tuner constants (NVIDIA/nccl master 5067397 = 2.30.7, src/graph/tuning.cc; copies in
+# /work/scratch_net). Microseconds. They price collectives across nodes in
+# ``simulator.network.price`` (NetworkModel), as NCCL's own tuner prices them.
+NCCL_SRC = "NVIDIA/nccl 2.30.7 (master 5067397) src/graph/tuning.cc"
+NCCL_LATENCY = {   # (algorithm, protocol): (base l.151, NVLink step l.159, network step l.171)
+    ("ring", "LL"): (6.6, 0.6, 2.7), ("ring", "LL128"): (14.0, 1.9, 4.0),
+    ("ring", "Simple"): (8.4, 3.4, 14.0),
+    ("tree", "LL"): (6.8, 0.6, 5.0), ("tree", "LL128"): (14.0, 1.25, 8.5),
+    ("tree", "Simple"): (8.4, 4.0, 14.0),
+}
+NCCL_TUNING = {
+    "net_overhead_us": (1.0, f"{NCCL_SRC} l.228-233, 406-409: network post overhead on x86 "
+                        "(Intel), the floor of a multi-node ring's intra-node step (x3 Simple)"),
+    "ring_simple_factor": (1.4, f"{NCCL_SRC} l.647-650: multi-node Simple ring all-reduce "
+                           "latency x1.4 ('plateau effect of ring', sm >= 80)"),
+    "ll128_eff": (0.92, f"{NCCL_SRC} l.328-329: ring LL128 bus bandwidth x0.92 (120 of 128 "
+                  "bytes per line carry data)"),
+    "tree_eff": (0.92, f"{NCCL_SRC} l.331: tree all-reduce bus bandwidth x0.92"),
+}
+# The reference fabric the network fits run on (DGX H100 class: 8 x NDR per node).
+NDR_GBYTES_PER_S = 50.0
+NDR_SRC = "links.csv 'InfiniBand NDR 4x (400 Gb/s)' 50 GB/s/dir (hardware_db links.json ib-ndr)"
+PCIE_GEN5_GBYTES_PER_S = 63.0
+LEAF_DOWN_PORTS, SWITCH_RADIX = 32, 64     # hardware_db/data/topology.json

@@ -222,7 +222,7 @@ def ib_sharp_speedup(coll: Sequence[Row]) -> Coefficient:
 
 
 def scale_out_links(coll: Sequence[Row], sharp: Coefficient | None) -> dict[str, LinkCoefficients]:
-    """infiniband, roce, omnipath, ethernet."""
+    """infiniband, roce, omnipath, efa, ethernet."""
     rdma = _rdma_eff(coll)
     ib = network(coll, rdma)
     if sharp is not None:
@@ -236,6 +236,10 @@ def scale_out_links(coll: Sequence[Row], sharp: Coefficient | None) -> dict[str,
         "roce": network(coll, rdma, "RoCE (the measured bars are labelled 'IB/RoCE')"),
         "omnipath": network(coll, rdma, "transferred from InfiniBand to Omni-Path (no Omni-Path "
                             "row in shared data)"),
+        "efa": network(coll, rdma, "transferred from InfiniBand RDMA to AWS EFA (SRD; the 4x "
+                       "P6-B200 rows, collectives.csv lines 86-106, are held out to check it: their "
+                       "16 GiB plateau is 0.955 of the NICs' line rate); EFA runs NCCL's Simple "
+                       "protocol only, so the LL terms are unused"),
         "ethernet": network(coll, eth_eff, "Ethernet/TCP: latency terms assumed equal to RDMA "
                             "(TCP sockets are slower; no small-message row)"),
     }

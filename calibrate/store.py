@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simulator import progress
 from simulator.errors import InvalidInputError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,10 +139,13 @@ class ForeignLoadMeter:
 
 def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
               sync: Callable[[], Any] | None = None,
-              setup: Callable[[], Any] | None = None) -> Stats:
+              setup: Callable[[], Any] | None = None, timer: Any = None) -> Stats:
     """Run ``fn`` ``warmup`` times, then time up to ``repeats`` calls (at least 3) or until
-    ``budget_s`` seconds have passed; ``sync`` (e.g. a CUDA synchronize) runs around each;
-    ``setup`` (e.g. a cache flush) runs untimed before each call."""
+    ``budget_s`` seconds (wall clock) have passed; ``setup`` (e.g. a cache flush) runs
+    untimed before each call. ``timer`` (``calibrate.device``: CUDA events on a GPU) times
+    each call; without one, the wall clock with ``sync`` (if any) around each call."""
+    from .device import WallTimer
+    timer = timer or WallTimer(sync)
     for _ in range(warmup):
         if setup:
             setup()
@@ -152,13 +156,7 @@ def time_call(fn: Callable[[], Any], warmup: int, repeats: int, budget_s: float,
     while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
         if setup:
             setup()
-        if sync:
-            sync()
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        samples.append(time.perf_counter() - t0)
+        samples.append(timer.sample(fn))
     return stats_of(samples, meter.stop())
 
 
@@ -213,10 +211,13 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 class Progress:
-    """One status line per measured point on stderr: ``[gemm 3/40] m=512 ... 1.23 ms``."""
+    """Per measured point: a progress bar when a ``simulator.progress`` listener is on (the
+    command line on a terminal), else one status line on stderr
+    (``[gemm 3/40] m=512 ... 1.23 ms``, a log of what was measured); nothing if ``quiet``."""
 
     def __init__(self, bench: str, total: int, quiet: bool = False) -> None:
         self.bench, self.total, self.i, self.quiet = bench, total, 0, quiet
+        self.bar = None
 
     def step(self, label: str, st: Stats | None) -> None:
         self.i += 1
@@ -225,4 +226,12 @@ class Progress:
         t = "resumed" if st is None else f"{st.median_s * 1e3:.3f} ms (IQR {st.iqr_s * 1e3:.3f})"
         if st is not None and st.pressure >= 0.01:
             t += f" [host CPU pressure {100 * st.pressure:.0f}%]"
+        if progress.active():
+            if self.bar is None:
+                self.bar = progress.open_task(f"calibrate: {self.bench}", self.total)
+            self.bar.note(f"{label}: {t}"[:60])
+            self.bar.update(1)
+            if self.i >= self.total:
+                self.bar.close()
+            return
         print(f"[{self.bench} {self.i}/{self.total}] {label}: {t}", file=sys.stderr, flush=True)

@@ -25,11 +25,12 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
 
+from simulator import progress
 from simulator.errors import ComplexityError, InvalidInputError, ProfileError
 from simulator.hardware.profile import Profile
 from simulator.hardware.specs import ClusterSpec
@@ -45,6 +46,8 @@ LR = 1e-4
 CLEAN_PRESSURE_1 = 0.10
 CLEAN_PRESSURE_DDP = 0.30
 MAX_STEP_FACTOR = 4
+TRACE_STEPS = 5           # --trace-out profiles at most this many steps after the timed ones
+TRACE_WAIT_QUIET_S = 30.0  # ... after waiting up to this long for other load to stop
 
 
 class RunError(ComplexityError):
@@ -61,6 +64,9 @@ class RunSpec:
     steps: int
     warmup: int
     threads: int
+    trace_out: str = ""                    # also record a Kineto trace here (trace_record)
+    bucket_cap_mb: int = DDP_BUCKET_MB      # DDP bucket_cap_mb
+    trace_wait_s: float = 0.0              # wait this long for quiet before the trace
 
 
 @dataclass(frozen=True)
@@ -175,8 +181,10 @@ def load_profile(path: str | Path, threads: int) -> tuple[Profile, Path, list[st
 
 
 def run_spec(model: str, nproc: int, micro_batch: int, seq_len: int, steps: int,
-             warmup: int) -> RunSpec:
+             warmup: int, trace_out: str | Path | None = None,
+             bucket_cap_mb: int = DDP_BUCKET_MB) -> RunSpec:
     _positive("nproc", nproc)
+    _positive("bucket_cap_mb", bucket_cap_mb)
     _positive("micro_batch", micro_batch)
     _positive("seq_len", seq_len)
     _positive("steps", steps)
@@ -188,7 +196,17 @@ def run_spec(model: str, nproc: int, micro_batch: int, seq_len: int, steps: int,
     spec = resolve_model(model, seq_len=seq_len)
     if spec.moe is not None:
         raise InvalidInputError("model", model, "a dense decoder (validate-run does not build MoE)")
-    return RunSpec(spec, nproc, micro_batch, steps, warmup, threads_per_process(nproc, cores))
+    return RunSpec(spec, nproc, micro_batch, steps, warmup, threads_per_process(nproc, cores),
+                   _trace_path(trace_out), bucket_cap_mb)
+
+
+def _trace_path(trace_out: str | Path | None) -> str:
+    if not trace_out:
+        return ""
+    p = Path(trace_out)
+    if p.is_dir() or not p.parent.is_dir():
+        raise InvalidInputError("trace_out", str(p), "a file path in an existing directory")
+    return str(p.resolve())
 
 
 # ---- prediction ------------------------------------------------------------------------------
@@ -197,7 +215,7 @@ def plan_for(rs: RunSpec) -> Plan:
     copies (``frameworks.json`` host mechanism ``ddp_param_hooks``)."""
     return Plan(dp=rs.nproc, micro_batch=rs.micro_batch, global_batch=rs.micro_batch * rs.nproc,
                 precision="fp32", attention="flash", zero_stage=0, dp_overlap=True,
-                dp_bucket_bytes=DDP_BUCKET_MB * 1024 * 1024, schedule="1f1b",
+                dp_bucket_bytes=rs.bucket_cap_mb * 1024 * 1024, schedule="1f1b",
                 host_mechanisms=("ddp_param_hooks",) if rs.nproc > 1 else ())
 
 
@@ -225,7 +243,7 @@ def _step_fn(rs: RunSpec, rank: int, ddp: bool):
     model = build_model(rs.model)
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
-        model = DistributedDataParallel(model, bucket_cap_mb=DDP_BUCKET_MB)
+        model = DistributedDataParallel(model, bucket_cap_mb=rs.bucket_cap_mb)
     opt, opt_name = _optimizer(model.parameters())
     tokens, targets = synthetic_batch(rs.model, rs.micro_batch, seed=1000 + rank)
 
@@ -250,8 +268,10 @@ def train_steps(rs: RunSpec, rank: int = 0, ddp: bool = False) -> dict[str, Any]
     ranks (exchanged after the step, outside the timed window) so all ranks agree."""
     import torch
     step, opt_name = _step_fn(rs, rank, ddp)
+    bar = progress.open_task("validate-run: warm-up and timed steps", rs.warmup + rs.steps)
     for _ in range(rs.warmup):
         step()
+        bar.update(1)
     limit, out = clean_threshold(rs.nproc), {"times": [], "pressure": [], "losses": []}
     clean, faults0 = 0, _minor_faults()
     while clean < rs.steps and len(out["times"]) < MAX_STEP_FACTOR * rs.steps:
@@ -269,9 +289,26 @@ def train_steps(rs: RunSpec, rank: int = 0, ddp: bool = False) -> dict[str, Any]
         out["pressure"].append(pr)
         out["losses"].append(float(loss.detach()))
         clean += pr <= limit
+        bar.update(int(pr <= limit))                   # the bar counts clean steps
+    bar.close()
     out["optimizer"] = opt_name
     out["minor_faults_per_step"] = (_minor_faults() - faults0) / len(out["times"])
+    if rs.trace_out:
+        _trace(rs, rank, step, out)
     return out
+
+
+def _trace(rs: RunSpec, rank: int, step, rec: Mapping[str, Any]) -> None:
+    """``--trace-out``: profile ``min(steps, TRACE_STEPS)`` more steps (calibrate.trace_record)."""
+    from .trace_record import rank_path, record_trace
+    s = summarize(rec, clean_threshold(rs.nproc))
+    meta = {"model": rs.model.name, "micro_batch": rs.micro_batch, "seq_len": rs.model.seq_len,
+            "nproc": rs.nproc, "rank": rank, "threads_per_process": rs.threads,
+            "bucket_cap_mb": rs.bucket_cap_mb, "optimizer": rec["optimizer"],
+            "unprofiled_median_step_s": s.median_s, "unprofiled_clean_steps": s.n_clean}
+    if rs.trace_wait_s > 0:                  # the traced steps, too, away from other load
+        wait_quiet(rs.trace_wait_s, clean_threshold(rs.nproc))
+    record_trace(step, min(rs.steps, TRACE_STEPS), rank_path(rs.trace_out, rank), meta)
 
 
 def _minor_faults() -> int:
@@ -360,15 +397,21 @@ def summarize(rec: Mapping[str, Any], limit: float) -> Measured:
 # ---- the command -----------------------------------------------------------------------------
 def validate_run(model: str, profile: str | Path, nproc: int = 1, micro_batch: int = 1,
                  seq_len: int = 128, steps: int = 10, warmup: int = 3,
-                 wait_quiet_s: float = 60.0) -> ValidationResult:
-    """Measure and predict one training step; everything the CLI prints."""
-    rs = run_spec(model, nproc, micro_batch, seq_len, steps, warmup)
+                 wait_quiet_s: float = 60.0, trace_out: str | Path | None = None,
+                 bucket_cap_mb: int = DDP_BUCKET_MB) -> ValidationResult:
+    """Measure and predict one training step; everything the CLI prints. ``trace_out``:
+    also write a Kineto trace of a few steps run after the timed ones."""
+    rs = run_spec(model, nproc, micro_batch, seq_len, steps, warmup, trace_out, bucket_cap_mb)
+    rs = replace(rs, trace_wait_s=min(wait_quiet_s, TRACE_WAIT_QUIET_S))
     if not (wait_quiet_s >= 0):
         raise InvalidInputError("wait_quiet", wait_quiet_s, "seconds >= 0")
     prof, prof_path, notes = load_profile(profile, rs.threads)
     res = predict(rs, prof)                    # before the run: bad input fails fast
-    waited = wait_quiet(wait_quiet_s) if wait_quiet_s > 0 else 0.0
-    meas = measure(rs)
+    with progress.task("validate-run: waiting for a quiet host"):
+        waited = wait_quiet(wait_quiet_s) if wait_quiet_s > 0 else 0.0
+    with progress.task(f"validate-run: training ({rs.nproc} process"
+                       f"{'es, DDP' if rs.nproc > 1 else ''})"):
+        meas = measure(rs)
     err = 100.0 * (res.step_time_s - meas.median_s) / meas.median_s
     notes += _notes(rs, meas, waited)
     return ValidationResult(
@@ -394,6 +437,9 @@ def _notes(rs: RunSpec, meas: Measured, waited: float) -> list[str]:
                    f"{meas.all_median_s * 1e3:.2f} ms")
     if rs.nproc > 1:
         out.append(f"DDP buckets: torch uses a first bucket of {DDP_FIRST_BUCKET_BYTES} bytes "
-                   f"then <= {DDP_BUCKET_MB} MiB; the simulator uses equal buckets of <= "
-                   f"{DDP_BUCKET_MB} MiB")
+                   f"then <= {rs.bucket_cap_mb} MiB; the simulator uses equal buckets of <= "
+                   f"{rs.bucket_cap_mb} MiB")
+    if rs.trace_out:
+        out.append(f"Kineto trace of {min(rs.steps, TRACE_STEPS)} steps run after the timed "
+                   f"ones: {rs.trace_out}" + (" (one file per rank)" if rs.nproc > 1 else ""))
     return out

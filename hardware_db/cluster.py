@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from simulator.errors import InvalidInputError
 from simulator.hardware.specs import (
@@ -16,7 +17,7 @@ from . import loaders
 
 _NIC_KIND_ALIASES = {
     "ib": "infiniband", "infiniband": "infiniband", "roce": "roce", "rocev2": "roce",
-    "omnipath": "omnipath", "omni-path": "omnipath", "opa": "omnipath",
+    "omnipath": "omnipath", "omni-path": "omnipath", "opa": "omnipath", "efa": "efa",
     "ethernet": "ethernet", "eth": "ethernet", "tcp": "ethernet",
 }
 
@@ -76,21 +77,24 @@ def _apply_scale_up(node: NodeSpec, scale_up: str | None, gpn: int) -> NodeSpec:
                                scale_up_domain_gpus=domain, in_switch_reduction=isr)
 
 
-def _validate_counts(n_gpus: int, gpn: int, oversubscription: float) -> None:
+def _validate_counts(n_gpus: int, gpn: int, oversubscription: float,
+                     field: str = "oversubscription") -> None:
     _positive_int("n_gpus", n_gpus)
     if n_gpus > gpn and n_gpus % gpn:
         raise InvalidInputError("n_gpus", n_gpus, f"a multiple of gpus_per_node={gpn} (whole nodes)")
     if isinstance(oversubscription, bool) or not (
-            isinstance(oversubscription, (int, float)) and oversubscription >= 1.0):
-        raise InvalidInputError("oversubscription", oversubscription,
-                                "a number >= 1 (1 = full bisection)")
+            isinstance(oversubscription, (int, float)) and math.isfinite(oversubscription)
+            and oversubscription >= 1.0):
+        raise InvalidInputError(field, oversubscription, "a number >= 1 (1 = full bisection)")
 
 
 def build_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
                   nics_per_node: int | None = None, nic_gbits_per_s: float | None = None,
                   nic_kind: str | None = None, node: str | None = None,
                   scale_up: str | None = None, oversubscription: float = 1.0,
-                  rail_optimized: bool = True, build_graph: bool = True) -> ClusterSpec:
+                  rail_optimized: bool = True, build_graph: bool = False,
+                  core_oversubscription: float = 1.0, planes: int = 1,
+                  sharp: bool = False) -> ClusterSpec:
     """``n_gpus`` GPUs of type ``gpu`` in nodes of the GPU's default preset (or ``node``).
 
     Overrides: ``gpus_per_node``; ``nics_per_node``; ``nic_gbits_per_s`` (Gb/s per NIC, same
@@ -98,22 +102,41 @@ def build_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
     ``scale_up`` (a link key: "nvlink3", "nvlink4", "nvlink5", "nvlink5-nvl72",
     "nvlink2-nvswitch", "xgmi-mi300x", "pcie-gen5", ...; its ``domain_gpus`` and NVLS flag come
     along). When ``node`` names a preset of another GPU, the preset's fabric is kept and its
-    GPU replaced by ``gpu``. Raises ``InvalidInputError`` naming the offending field.
+    GPU replaced by ``gpu``. Fabric: ``oversubscription`` of the leaf uplinks,
+    ``core_oversubscription`` of the third tier (clusters past ``switch_radix`` x
+    ``leaf_down_ports`` NIC ports, topology.json), ``rail_optimized``, ``planes``, ``sharp``
+    (switches reduce: InfiniBand SHARP / CollNet enabled). The fabric is described by counts
+    (``simulator.network.fabric``); ``build_graph`` also attaches hardware_db's networkx graph
+    (small clusters and tests). Raises ``InvalidInputError`` naming the offending field.
     """
     gpu_spec = loaders.load_gpu(gpu)
     base = loaders.load_node(node) if node is not None else loaders.default_node_for_gpu(gpu_spec.key)
     _positive_int("gpus_per_node", gpus_per_node)
     _positive_int("nics_per_node", nics_per_node)
+    _positive_int("planes", planes)
     gpn = gpus_per_node or base.gpus_per_node
     _validate_counts(n_gpus, gpn, oversubscription)
+    _validate_counts(n_gpus, gpn, core_oversubscription, "core_oversubscription")
     spec = _apply_scale_up(dataclasses.replace(base, gpu_key=gpu_spec.key), scale_up, gpn)
     spec = dataclasses.replace(spec, nics_per_node=nics_per_node or spec.nics_per_node,
                                nic=_pick_nic(spec.nic, _nic_kind(nic_kind), nic_gbits_per_s))
+    topo = loaders.topology_params()
     cluster = ClusterSpec(gpu=gpu_spec, node=spec, n_gpus=n_gpus, rail_optimized=bool(rail_optimized),
                           oversubscription=float(oversubscription),
-                          pod_nodes=int(loaders.topology_params()["leaf_down_ports"]))
+                          leaf_down_ports=int(topo["leaf_down_ports"]),
+                          switch_radix=int(topo["switch_radix"]),
+                          core_oversubscription=float(core_oversubscription), planes=planes,
+                          pcie_gbytes_per_s=loaders.pcie_link(gpu_spec.key).bandwidth_gbytes_per_s,
+                          in_network_reduction=bool(sharp),
+                          net_ll_protocol=_runs_ll(spec.nic.kind))
     if not build_graph:
         return cluster
     from .topology import build_graph as _build_graph
 
     return dataclasses.replace(cluster, graph=_build_graph(cluster))
+
+
+def _runs_ll(kind: LinkKind) -> bool:
+    """Whether NCCL runs its LL protocols over NICs of ``kind`` (links.json ``nccl_ll``)."""
+    entries = [loaders.link_entry(k) for k in loaders.list_nic_links()]
+    return all(e.get("nccl_ll", True) for e in entries if e["kind"] == kind.value)

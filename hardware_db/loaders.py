@@ -184,3 +184,12 @@ def load_profile(gpu_key: str):
             f"{', '.join(list_profiles()) or 'none'}. Run `complexity calibrate` on that GPU "
             "or pass a profile JSON explicitly.")
     return Profile.read_json(path)
+
+
+def pcie_link(gpu_key: str) -> LinkSpec:
+    """The GPU's PCIe link (gpus.json ``pcie_link``; Gen4 for devices not listed)."""
+    try:
+        key = gpu_entry(gpu_key).get("pcie_link", "pcie-gen4")
+    except InvalidInputError:
+        key = "pcie-gen4"
+    return load_link(key)

@@ -73,14 +73,6 @@ def _add_scale_up(g: nx.Graph, lay: Layout, link: LinkSpec) -> None:
                          **_edge_attrs(link, "scale_up", bandwidth=per_peer))
 
 
-def _pcie_link(gpu_key: str) -> LinkSpec:
-    try:
-        key = loaders.gpu_entry(gpu_key).get("pcie_link", "pcie-gen4")
-    except InvalidInputError:  # a device not in gpus.json (e.g. a calibrated CPU)
-        key = "pcie-gen4"
-    return loaders.load_link(key)
-
-
 def _add_nics(g: nx.Graph, lay: Layout, nic: LinkSpec, pcie: LinkSpec) -> None:
     g.add_edges_from(((("gpu", r), lay.nic_of(r)) for r in range(lay.n_gpus)), **_edge_attrs(pcie, "pcie"))
     nics = [(n, j) for n in range(lay.n_nodes) for j in range(lay.nics_per_node)]
@@ -105,7 +97,7 @@ def _cached(node: NodeSpec, gpu_key: str, n_gpus: int, rail_optimized: bool,
     lay = _layout(node, n_gpus, rail_optimized)
     g = nx.Graph(layout=lay, oversubscription=oversubscription)
     _add_scale_up(g, lay, node.scale_up)
-    _add_nics(g, lay, node.nic, _pcie_link(gpu_key))
+    _add_nics(g, lay, node.nic, loaders.pcie_link(gpu_key))
     _add_spine(g, lay, node.nic, oversubscription)
     return nx.freeze(g)
 

@@ -17,7 +17,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml"
 PACKAGES = ("simulator", "calibrate", "hardware_db")
 
 RANK = {
-    "simulator.errors": 0,
+    "simulator.errors": 0, "simulator.progress": 0,
     "simulator.frameworks": 1, "simulator.hardware": 1,
     "simulator.network": 2,
     "simulator.workload": 3,
@@ -27,7 +27,7 @@ RANK = {
     "simulator.engine": 7,
     "simulator.report": 8,
     # ---- above the core -------------------------------------------------------------------
-    "simulator.modules": 9,
+    "simulator.modules": 9, "simulator.uncertainty": 9,
     "simulator.search": 10,
     "simulator.planning": 11,
     "simulator.validation": 12,

@@ -1,3 +1,5 @@
-"""The Python entry points: ``ComplexityAnalyzer`` with its experiment ledger
-(``analyzer``), analysis of any torch module (``modules``), and name resolution through
-``hardware_db`` (``catalog``). Like the CLI, this layer may load ``hardware_db``."""
+"""The Python entry points: ``ComplexityAnalyzer`` (``analyzer``) with its typed config
+(``config``), results (``results``) and experiment ledger (``ledger``); the transformer and
+``torch.nn.Module`` paths behind it (``transformer_flow``, ``module_flow``); analysis of any
+torch module (``modules``); name resolution through ``hardware_db`` (``catalog``). Like the
+CLI, this layer may load ``hardware_db``."""

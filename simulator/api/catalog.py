@@ -14,12 +14,15 @@ from ..planning.capacity import HardwareChoice
 def make_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
                  nics_per_node: int | None = None, nic_gbps: float | None = None,
                  nic_kind: str | None = None, scale_up: str | None = None,
-                 node: str | None = None, oversubscription: float = 1.0) -> ClusterSpec:
+                 node: str | None = None, oversubscription: float = 1.0,
+                 **fabric) -> ClusterSpec:
+    """``fabric``: ``rail_optimized``, ``core_oversubscription``, ``planes``, ``sharp``
+    (see ``hardware_db.build_cluster``)."""
     import hardware_db
     return hardware_db.build_cluster(gpu, n_gpus, gpus_per_node=gpus_per_node,
                                      nics_per_node=nics_per_node, nic_gbits_per_s=nic_gbps,
                                      nic_kind=nic_kind, scale_up=scale_up, node=node,
-                                     oversubscription=oversubscription)
+                                     oversubscription=oversubscription, **fabric)
 
 
 def load_profile_for(gpu_key: str, path: str | None) -> Profile:
@@ -73,7 +76,8 @@ class HardwareDbCatalog:
             gpn, nics, gbps = self.defaults
             self._clusters[choice] = make_cluster(
                 choice.gpu, choice.n_gpus, choice.gpus_per_node or gpn,
-                choice.nics_per_node or nics, choice.nic_gbps or gbps)
+                choice.nics_per_node or nics, choice.nic_gbps or gbps, node=choice.node,
+                oversubscription=choice.oversubscription, rail_optimized=choice.rail_optimized)
         return self._clusters[choice]
 
     def profile(self, gpu_key: str) -> Profile:

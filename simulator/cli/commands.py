@@ -4,23 +4,37 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..api.catalog import cluster_from_row, load_profile_for, make_cluster
 from ..engine.simulate import simulate
 from ..errors import InvalidInputError
+from ..frameworks import framework_memory
 from ..hardware.profile import Profile
+from ..parallel.conventions import conventions_for
+from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
+from ..report.assumptions import assumptions
 from ..report.table import format_result_table
 from ..report.trace import write_chrome_trace
+from ..uncertainty.interval import estimate_uncertainty, format_interval_lines
+from ..uncertainty.table import SHIPPED_TABLE, load_table
+from ..validation.intervals import (
+    attach_heldout,
+    attach_intervals,
+    coefficient_spreads,
+    learn_from,
+)
 from ..validation.predict import (
     outcome_columns,
     predict_row,
     read_rows,
     summary_line,
-    write_rows,
 )
+from ..validation.rowfile import predict_rows
 from ..workload import resolve_model
+from .collective import add_fabric_args, fabric_kwargs
 from .registry import command
 
 # ---- hardware (the CLI is the one simulator module allowed to load hardware_db) -----------
@@ -40,8 +54,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic-kind", help="infiniband, roce, omnipath, ethernet")
     p.add_argument("--scale-up", help="intra-node link key, e.g. nvlink4, nvlink5-nvl72")
     p.add_argument("--node", help="node preset, e.g. dgx-h100, gb200-nvl72 (see `complexity list nodes`)")
-    p.add_argument("--oversubscription", type=float, default=1.0,
-                   help="fat-tree spine oversubscription (1 = full bisection)")
+    add_fabric_args(p)
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         p.add_argument(f"--{k}", type=int, default=None if k == "dp" else 1)
     p.add_argument("--micro-batch", type=int, default=1)
@@ -49,25 +62,36 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--recompute", default="none", help="none, selective, full")
-    p.add_argument("--zero-stage", type=int, default=0)
+    p.add_argument("--zero-stage", type=int, default=None,
+                   help="0-3 (default: the framework's, e.g. 1 for nemo's distributed "
+                   "optimizer, 3 for fsdp2; 0 without --framework)")
     p.add_argument("--precision", default=None,
                    help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")
+    p.add_argument("--framework", default=None,
+                   help="training framework whose defaults fill what you do not state: "
+                   "ZeRO stage, gradient dtype, FP8 weight cache, loss, attention, overlaps "
+                   "(megatron-lm, megatron-core, nemo, megatron-deepspeed, deepspeed, "
+                   "llm-foundry, torchtitan, fsdp2, pytorch)")
+    p.add_argument("--grad-dtype", default=None,
+                   help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
+                   "(default: the framework's)")
     p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved")
-    p.add_argument("--attention", default="flash",
-                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized")
+    p.add_argument("--attention", default=None,
+                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized "
+                   "(default: the framework's, else flash)")
     p.add_argument("--no-dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
-    p.add_argument("--host-mode", default="eager", help="how the host launches kernels: "
-                   "eager, compiled (torch.compile per block) or cuda_graphs (per layer)")
-    p.add_argument("--host-mechanisms", default="", help="comma-separated framework host "
-                   "mechanisms (frameworks.json 'host'): megatron_p2p_sync, ddp_param_hooks, "
-                   "fsdp1_unit, deepspeed_bf16_grad_loop")
+    _host_args(p)
     p.add_argument("--engine", default="event", help="event or analytic")
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here (.json.gz: compressed)")
+    p.add_argument("--plot", help="write the simulated step as a Gantt chart per stage and "
+                   "track, with memory over time (.png, .svg or .pdf)")
+    p.add_argument("--no-interval", action="store_true",
+                   help="skip the 80%% interval (saves its extra analytic simulations)")
     m = p.add_argument_group("--module options (DDP / FSDP of a traced torch module)")
     m.add_argument("--strategy", default="ddp", help="ddp or fsdp")
     m.add_argument("--bucket-cap-mb", type=float, help="DDP bucket_cap_mb (MiB; default torch's)")
@@ -79,6 +103,16 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_simulate)
 
 
+def _host_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-mode", default=None, help="how the host launches kernels: "
+                   "eager, compiled (torch.compile per block) or cuda_graphs (per layer) "
+                   "(default: the framework's, else eager)")
+    p.add_argument("--host-mechanisms", default=None, help="comma-separated framework host "
+                   "mechanisms (frameworks.json 'host'): megatron_p2p_sync, ddp_param_hooks, "
+                   "fsdp1_unit, deepspeed_bf16_grad_loop (default: the framework's, else "
+                   "none; '' for none)")
+
+
 def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
     dp = a.dp
     if dp is None:
@@ -87,14 +121,39 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
             raise InvalidInputError("tp*pp*cp", denom, f"a divisor of --gpus {n_gpus}")
         dp = n_gpus // denom
     schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
-    return Plan(tp=a.tp, pp=a.pp, dp=dp, cp=a.cp, ep=a.ep, vpp=a.vpp, micro_batch=a.micro_batch,
+    for k in ("framework", "grad_dtype", "attention", "tp_overlap", "no_dp_overlap",
+              "host_mode", "host_mechanisms"):
+        if not hasattr(a, k):               # commands that share these flags only in part
+            setattr(a, k, None)
+    if a.grad_dtype is not None and a.grad_dtype not in ("fp32", "bf16", "fp16"):
+        raise InvalidInputError("grad_dtype", a.grad_dtype, "fp32, bf16 or fp16")
+    plan = Plan(tp=a.tp, pp=a.pp, dp=dp, cp=a.cp, ep=a.ep, vpp=a.vpp, micro_batch=a.micro_batch,
                 global_batch=a.global_batch, sequence_parallel=a.sequence_parallel,
-                recompute=a.recompute, zero_stage=a.zero_stage, precision=a.precision,
-                schedule=schedule, attention=a.attention, dp_overlap=not a.no_dp_overlap,
-                tp_overlap=a.tp_overlap, dp_bucket_bytes=int(a.bucket_mb * 1e6),
-                host_mode=getattr(a, "host_mode", "eager"),
-                host_mechanisms=tuple(x.strip() for x in getattr(a, "host_mechanisms", "").split(",")
-                                      if x.strip()))
+                recompute=a.recompute, zero_stage=a.zero_stage or 0, precision=a.precision,
+                schedule=schedule, attention=a.attention or "flash",
+                dp_overlap=not a.no_dp_overlap, tp_overlap=bool(a.tp_overlap),
+                dp_bucket_bytes=int(a.bucket_mb * 1e6), host_mode=a.host_mode or "eager",
+                host_mechanisms=_mechanisms(a.host_mechanisms))
+    return _framework_defaults(plan, a)
+
+
+def _mechanisms(flag: str | None) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (flag or "").split(",") if x.strip())
+
+
+def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
+    """Fill what the command line leaves open from ``--framework`` (explicit flags win)."""
+    if not a.framework:
+        return replace(plan, memory=conventions_for(framework_memory(""), plan.precision,
+                                                    a.grad_dtype))
+    keep = {k for k, given in (("zero_stage", a.zero_stage is not None),
+                               ("attention", a.attention is not None),
+                               ("dp_overlap", bool(a.no_dp_overlap)),
+                               ("tp_overlap", bool(a.tp_overlap)),
+                               ("sequence_parallel", a.sequence_parallel),
+                               ("host_mode", a.host_mode is not None),
+                               ("host_mechanisms", a.host_mechanisms is not None)) if given}
+    return with_framework(plan, a.framework, keep, a.grad_dtype)
 
 
 def run_simulate(a: argparse.Namespace) -> int:
@@ -108,20 +167,34 @@ def run_simulate(a: argparse.Namespace) -> int:
     a.precision = a.precision or "bf16"
     model = resolve_model(a.model, a.seq_len)
     cluster = make_cluster(a.gpu, a.gpus, a.gpus_per_node, a.nics_per_node, a.nic_gbps,
-                           a.nic_kind, a.scale_up, a.node, a.oversubscription)
+                           a.nic_kind, a.scale_up, a.node, a.oversubscription, **fabric_kwargs(a))
     prof = load_profile_for(cluster.gpu.key, a.profile)
     plan = plan_from_args(a, cluster.n_gpus)
-    res = simulate(model, plan, cluster, prof, engine=a.engine, keep_timeline=bool(a.trace))
+    res = simulate(model, plan, cluster, prof, engine=a.engine,
+                   keep_timeline=bool(a.trace or a.plot))
+    unc = None if a.no_interval else estimate_uncertainty(
+        model, plan, cluster, prof, framework=getattr(a, "framework", None))
     if a.trace:
         write_chrome_trace(a.trace, res)
+    if a.plot:
+        from ..report.gantt import plot_timeline
+        plot_timeline(res, a.plot, f"{model.name} on {cluster.n_gpus} x {cluster.gpu.key}")
     if a.json:
         out = res.to_dict()
-        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name)
+        out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name,
+                   zero_stage=plan.zero_stage, memory_conventions=asdict(plan.memory),
+                   assumptions=assumptions(model, plan, cluster, prof))
+        if unc is not None:
+            out.update(unc.result_fields(res), uncertainty=unc.to_dict())
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         print(format_result_table(res, model, plan, cluster, prof))
+        if unc is not None:
+            print(format_interval_lines(res, unc))
         if a.trace:
             print(f"trace written to {a.trace} (open in https://ui.perfetto.dev)")
+        if a.plot:
+            print(f"timeline picture written to {a.plot}")
     return 0
 
 
@@ -134,7 +207,9 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_predict)
 
 
-def predict_file(runs: str):
+def predict_file(runs: str, out: str | None = None, table=None):
+    """Every row's outcome (with its interval when ``table`` is given); with ``out``, rows
+    are written as they finish and an interrupted run resumes (``validation.rowfile``)."""
     from hardware_db import load_profile
     rows = read_rows(runs)
     cache: dict[str, Profile] = {}
@@ -142,13 +217,17 @@ def predict_file(runs: str):
         if key not in cache:
             cache[key] = load_profile(key)
         return cache[key]
-    return [predict_row(r, cluster_from_row, prof) for r in rows]
+
+    def one(row):
+        o = predict_row(row, cluster_from_row, prof)
+        if table is not None:
+            attach_intervals([o], table)           # per row: each interval is its own
+        return o
+    return predict_rows(rows, one, out)
 
 
 def run_predict(a: argparse.Namespace) -> int:
-    outcomes = predict_file(a.runs)
-    if a.out:
-        write_rows(a.out, outcomes)
+    outcomes = predict_file(a.runs, a.out, load_table())
     if not a.quiet:
         for o in outcomes:
             c = outcome_columns(o)
@@ -163,15 +242,35 @@ def run_predict(a: argparse.Namespace) -> int:
 def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="validation/published_runs.csv")
     p.add_argument("--out-dir", default="validation/report")
+    p.add_argument("--html", action="store_true", help="also write OUT_DIR/report.html with "
+                   "the validation plots (needs matplotlib)")
+    p.add_argument("--ship-uncertainty", action="store_true",
+                   help="also write the learned model-form table to the copy predictions "
+                   f"read ({SHIPPED_TABLE.relative_to(SHIPPED_TABLE.parents[3])})")
     p.set_defaults(func=run_report)
 
 
 def run_report(a: argparse.Namespace) -> int:
-    from ..validation.report import write_report
+    from ..validation.report import TABLE_NAME, write_report
     outcomes = predict_file(a.runs)
-    md = write_report(outcomes, Path(a.out_dir))
+    spreads = coefficient_spreads(outcomes)
+    out_dir = Path(a.out_dir)
+    command = f"complexity report --runs {a.runs} --out-dir {a.out_dir}" + \
+        (" --ship-uncertainty" if a.ship_uncertainty else "")
+    learned = learn_from(outcomes, spreads, a.runs, out_dir / "report.md", command)
+    attach_heldout(outcomes, spreads, learned)
+    md = write_report(outcomes, out_dir, learned)
     print(summary_line(outcomes))
-    print(f"report written to {md}")
+    lo = learned.table.provenance["leave_one_source_out"]
+    print(f"80% intervals, leave one source out: {lo['covered']}/{lo['rows']} measured step "
+          f"times inside, median width {100 * lo['median_width_frac']:.1f}% of the prediction")
+    print(f"report written to {md}; uncertainty table {out_dir / TABLE_NAME}")
+    if a.ship_uncertainty:
+        learned.table.write_json(SHIPPED_TABLE)
+        print(f"shipped uncertainty table updated: {SHIPPED_TABLE}")
+    if a.html:
+        from ..validation.report_html import write_html
+        print(f"HTML page written to {write_html(outcomes, md.read_text(), out_dir)}")
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -72,7 +73,8 @@ def _print(obj: Any) -> None:
 def _analyze_args(p: argparse.ArgumentParser) -> None:
     _device_args(p, cluster=False)
     p.add_argument("--top", type=int, default=15, help="ops listed in the table")
-    p.add_argument("--png", help="write the roofline picture here")
+    p.add_argument("--plot", help="write the roofline picture here (.png, .svg or .pdf)")
+    p.add_argument("--png", help=argparse.SUPPRESS)          # deprecated spelling of --plot
     p.add_argument("--no-fuse-attention", action="store_true",
                    help="keep scaled_dot_product_attention as its math ops")
     p.set_defaults(func=run_analyze)
@@ -84,15 +86,18 @@ def run_analyze(a: argparse.Namespace) -> int:
     gpu, prof = resolve_device(a.gpu, a.profile)
     rep = op_report(g, gpu, prof)
     if a.png:
-        write_roofline_png(rep, a.png)
+        print("complexity analyze: --png is deprecated; use --plot", file=sys.stderr)
+        a.plot = a.plot or a.png
+    if a.plot:
+        write_roofline_png(rep, a.plot)
     if a.json:
         d = rep.to_dict()
         d.update({k: v for k, v in g.summary().items() if k not in d})
         _print(d)
     else:
         print(format_report(rep, a.top))
-        if a.png:
-            print(f"roofline picture written to {a.png}")
+        if a.plot:
+            print(f"roofline picture written to {a.plot}")
     return 0
 
 

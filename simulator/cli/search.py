@@ -43,7 +43,9 @@ from .format import (
     format_search,
     format_sensitivity,
 )
+from .fabric_choices import add_fabric_alternatives, fabric_choices, fabric_rows, format_fabric_rows
 from .registry import command
+from .workflow import add_window_args, run_window_sweep
 
 # ---- argument parsing helpers ------------------------------------------------------------
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -108,9 +110,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, help="override the model's sequence length")
 
 
-def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+def _add_cluster_args(p: argparse.ArgumentParser, alternatives: bool = False) -> None:
+    """``alternatives``: fabric flags take comma lists (``fabric_choices``)."""
     p.add_argument("--gpus-per-node", type=int)
-    p.add_argument("--nics-per-node", type=int)
+    if alternatives:
+        add_fabric_alternatives(p, nic_gbps=True)
+    else:
+        p.add_argument("--nics-per-node", type=int)
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
 
 
@@ -157,7 +163,8 @@ def search_options(a: argparse.Namespace, price: float | None = None,
 
 
 def _catalog(a: argparse.Namespace, nic_gbps: float | None = None) -> HardwareDbCatalog:
-    return HardwareDbCatalog(a.profile, a.gpus_per_node, a.nics_per_node, nic_gbps)
+    nics = a.nics_per_node if isinstance(a.nics_per_node, int) else None
+    return HardwareDbCatalog(a.profile, a.gpus_per_node, nics, nic_gbps)
 
 
 def _emit_json(obj: Any) -> None:
@@ -184,10 +191,9 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, help="GPU key (see `complexity list gpus`)")
     p.add_argument("--gpus", required=True, help="GPU count, or a list/range: 256,512 or 256..4096")
     p.add_argument("--global-batch", required=True, help="sequences per step, or a list: 1024,2048")
-    p.add_argument("--nic-gbps", type=float, help="NIC line rate in Gb/s")
     p.add_argument("--price", help="USD per GPU-hour (default: hardware_db's)")
     p.add_argument("--tokens", help="token budget, for time-to-train (e.g. 300B)")
-    _add_cluster_args(p)
+    _add_cluster_args(p, alternatives=True)
     _add_search_args(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", help="search-space scatter (throughput vs memory), PNG/SVG")
@@ -204,16 +210,20 @@ def run_search(a: argparse.Namespace) -> int:
         raise InvalidInputError("global_batch", a.global_batch, "positive batch sizes")
     price, _ = parse_prices(a.price)
     tokens = parse_count(a.tokens, "tokens") if a.tokens else None
-    cat = _catalog(a, a.nic_gbps)
+    cat = _catalog(a)
+    alternatives = [fabric_choices(a, a.gpu, n) for n in counts]
+    if len(alternatives[0]) > 1:
+        return _search_fabrics(a, model, cat, alternatives, batches, search_options(a, price, tokens))
+    choice_of = {ch.n_gpus: ch for (ch,) in alternatives}
     ctxs = []
     for n in counts:
-        cluster = cat.cluster(HardwareChoice(a.gpu, n))
+        cluster = cat.cluster(choice_of[n])
         ctxs += [make_context(model, cluster, cat.profile(cluster.gpu.key), b) for b in batches]
     report = search(ctxs, search_options(a, price, tokens))
     out = report.to_dict()
     w = report.winner
     if w is not None:
-        la = launch_args(model, w.plan, w.n_gpus, cat.cluster(HardwareChoice(a.gpu, w.n_gpus)).node.gpus_per_node)
+        la = launch_args(model, w.plan, w.n_gpus, cat.cluster(choice_of[w.n_gpus]).node.gpus_per_node)
         out["launch"] = la.to_dict()
     if a.json:
         _emit_json(out)
@@ -230,10 +240,30 @@ def run_search(a: argparse.Namespace) -> int:
     return 0
 
 
+def _search_fabrics(a, model, cat, alternatives, batches, opts) -> int:
+    """One search per fabric alternative (every GPU count and batch in each)."""
+    results = []
+    for i in range(len(alternatives[0])):
+        ctxs = []
+        for per_count in alternatives:
+            cluster = cat.cluster(per_count[i])
+            ctxs += [make_context(model, cluster, cat.profile(cluster.gpu.key), b) for b in batches]
+        results.append((alternatives[0][i], search(ctxs, opts)))
+    rows = fabric_rows(results)
+    if a.json:
+        _emit_json({"model": model.name, "gpu": a.gpu, "fabrics": rows})
+    else:
+        print(f"search  {model.name} on {a.gpu}, fabric alternatives"
+              + format_fabric_rows(rows))
+    return 0 if any("step_time_s" in r for r in rows) else 1
+
+
 # ---- plan ---------------------------------------------------------------------------------
 @command("plan", "Capacity planning: time, GPUs for a deadline, cost, energy, short windows.")
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    _add_model_args(p)
+    p.add_argument("--model", help="preset key or HuggingFace config.json (omit with --window-min: "
+                   "a ladder of model sizes is compared)")
+    p.add_argument("--seq-len", type=int, help="override the model's sequence length")
     p.add_argument("--gpu", required=True)
     p.add_argument("--tokens", help="token budget (e.g. 300B, 1.5T)")
     p.add_argument("--gpus", type=int, help="how long on this many GPUs")
@@ -246,6 +276,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pue", type=float, default=DEFAULT_PUE,
                    help=f"power usage effectiveness (default {DEFAULT_PUE}; energy = TDP x GPUs x hours x PUE)")
     p.add_argument("--max-gpus", type=int, default=65536)
+    add_window_args(p)
     _add_cluster_args(p)
     _add_search_args(p)
     p.add_argument("--json", action="store_true")
@@ -254,6 +285,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_plan(a: argparse.Namespace) -> int:
+    if a.window_min is not None and (a.model is None or a.models):
+        return run_window_sweep(a, _catalog(a, a.nic_gbps), search_options(a),
+                                parse_str_list(a.models) if a.models else None,
+                                parse_int_list(a.global_batch, "global_batch") if a.global_batch else None)
+    if a.model is None:
+        raise InvalidInputError("model", None, "a preset or config.json (or use --window-min "
+                                "to compare model sizes)")
     model = resolve_model(a.model, a.seq_len)
     if a.gpus is None and a.deadline_days is None:
         raise InvalidInputError("gpus/deadline-days", None, "--gpus N, --deadline-days D, or both")
@@ -279,7 +317,10 @@ def run_plan(a: argparse.Namespace) -> int:
 def _plan_answers(a, model, tokens, price, opts, cat) -> dict[str, Any]:
     answer: dict[str, Any] = {"model": model.name, "gpu": a.gpu, "pue": a.pue}
     batches = parse_int_list(a.global_batch, "global_batch") if a.global_batch else None
-    gb = batches[0] if batches else 1024
+    gb = batches[0] if batches else DEFAULT_PLAN_BATCH
+    gpu_key = cat.cluster(HardwareChoice(a.gpu, 1)).gpu.key
+    answer["assumptions"] = plan_assumptions(model, gb, batches is not None,
+                                             cat.profile(gpu_key).name)
     if a.gpus is not None and tokens is not None:
         est, _ = time_on(model, tokens, HardwareChoice(a.gpu, a.gpus), gb, cat, opts, price, a.pue)
         answer["time_on_gpus"] = est
@@ -292,7 +333,22 @@ def _plan_answers(a, model, tokens, price, opts, cat) -> dict[str, Any]:
                              if max(1, a.gpus // 8) <= b <= 8 * a.gpus]
         answer["window"] = window_plan(model, a.window_min * 60.0, HardwareChoice(a.gpu, a.gpus),
                                        ladder, cat, opts)
+        answer["assumptions"]["window_global_batches"] = ladder
+        if "time_on_gpus" not in answer and "deadline" not in answer:
+            answer["assumptions"].update(global_batch_sequences=None, tokens_per_step=None,
+                                         global_batch_source="the window's ladder")
     return answer
+
+
+DEFAULT_PLAN_BATCH = 1024
+
+
+def plan_assumptions(model: TransformerSpec, gb: int, given: bool, profile: str) -> dict[str, Any]:
+    """What ``plan`` assumed (printed and in ``--json``)."""
+    return {"global_batch_sequences": gb,
+            "global_batch_source": "--global-batch" if given else "default; set --global-batch",
+            "window_global_batches": None,
+            "seq_len": model.seq_len, "tokens_per_step": gb * model.seq_len, "profile": profile}
 
 
 def _plan_plot_args(answer: dict[str, Any]) -> tuple:
@@ -319,11 +375,10 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", required=True, help="token budget (e.g. 300B)")
     p.add_argument("--gpu-list", required=True, help="GPU keys, e.g. h100-sxm,h200-sxm,b200,mi300x")
     p.add_argument("--gpus-list", required=True, help="GPU counts, e.g. 1024 or 512,1024")
-    p.add_argument("--nic-gbps", default=None, help="NIC rates to try, e.g. 400,800")
     p.add_argument("--global-batch", type=int, default=1024)
     p.add_argument("--price", help="USD/GPU-hour for all, or per GPU: h100-sxm=2.5,b200=5")
     p.add_argument("--pue", type=float, default=DEFAULT_PUE)
-    _add_cluster_args(p)
+    _add_cluster_args(p, alternatives=True)
     _add_search_args(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", help="comparison bar chart, PNG/SVG")
@@ -335,13 +390,12 @@ def run_compare(a: argparse.Namespace) -> int:
     tokens = parse_count(a.tokens, "tokens")
     gpus = parse_str_list(a.gpu_list)
     counts = parse_int_list(a.gpus_list, "gpus_list")
-    nics = [float(x) for x in parse_str_list(a.nic_gbps)] if a.nic_gbps else [None]
     if not gpus:
         raise InvalidInputError("gpu_list", a.gpu_list, "one or more GPU keys")
     one_price, prices = parse_prices(a.price)
     if one_price is not None:
         prices = {g: one_price for g in gpus}
-    choices = [HardwareChoice(g, n, nic) for g in gpus for n in counts for nic in nics]
+    choices = [ch for g in gpus for n in counts for ch in fabric_choices(a, g, n)]
     cat = _catalog(a)
     for ch in choices:
         cat.cluster(ch)                      # bad GPU keys / counts fail here, in one line
@@ -349,9 +403,11 @@ def run_compare(a: argparse.Namespace) -> int:
                    prices, a.pue)
     if a.json:
         _emit_json({"model": model.name, "tokens": tokens, "pue": a.pue,
+                    "assumptions": {"global_batch_sequences": a.global_batch,
+                                    "seq_len": model.seq_len},
                     "rows": [r.to_dict() for r in rows]})
     else:
-        print(format_compare(rows, model, tokens, a.pue))
+        print(format_compare(rows, model, tokens, a.pue, a.global_batch))
     if a.plot:
         from ..report.plots import plot_comparison
         _maybe_plot(a.plot, plot_comparison, rows)
@@ -381,10 +437,12 @@ def run_scaling(a: argparse.Namespace) -> int:
     kinds = [ScalingKind.STRONG, ScalingKind.WEAK] if a.kind == "both" else [ScalingKind(a.kind)]
     cat = _catalog(a, a.nic_gbps)
     cat.cluster(HardwareChoice(a.gpu, counts[0]))
-    opts = search_options(a)
+    opts = replace(search_options(a), intervals=False)     # curves show point values only
     curves = [scaling_curve(model, a.gpu, counts, a.global_batch, k, cat, opts) for k in kinds]
     if a.json:
-        _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves]})
+        _emit_json({"model": model.name, "curves": [c.to_dict() for c in curves],
+                    "assumptions": {"global_batch_sequences_at_smallest_count": a.global_batch,
+                                    "seq_len": model.seq_len}})
     else:
         print(format_scaling(curves, model))
     if a.plot:
@@ -424,7 +482,8 @@ def _one_plan_args(p: argparse.ArgumentParser) -> None:
 
 def _resolve_plan(a, model: TransformerSpec, cluster: ClusterSpec, prof: Profile) -> Plan:
     if all(getattr(a, k) is None for k in ("tp", "pp", "dp", "cp", "ep")):
-        opts = replace(search_options(a), top_k=1, event_top=0 if a.engine == "analytic" else 1)
+        opts = replace(search_options(a), top_k=1, event_top=0 if a.engine == "analytic" else 1,
+                       intervals=False)
         rep = search([make_context(model, cluster, prof, a.global_batch)], opts)
         if rep.winner is None:
             raise InfeasiblePlanError("no_feasible_plan", "no plan fits; rejected: "

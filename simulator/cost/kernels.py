@@ -7,50 +7,77 @@ All times are seconds; sizes are bytes / FLOPs / elements as named.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
 
 
 # ---- compute ------------------------------------------------------------------------------
-def wave_efficiency(m: int, n: int, tile_m: int, tile_n: int, sm_count: int) -> float:
-    """Busy fraction of the SM waves needed for ``ceil(m/tile_m) * ceil(n/tile_n)`` tiles.
+def wave_efficiency(m: int, n: int, tile_m: int, tile_n: int, sm_count: int, groups: int = 1,
+                    persistent: bool = False) -> float:
+    """Useful fraction of the SM time the output tiles of ``groups`` independent
+    ``m x n`` outputs occupy, with ``tile_m x tile_n`` tiles on ``sm_count`` SMs.
 
-    Also charges partial tiles (m or n not a multiple of the tile) as wasted work.
-    ``sm_count <= 0`` (unknown, or a CPU) disables quantization.
+    Partial tiles (m or n not a multiple of the tile) are wasted work. A classic kernel runs
+    the tiles in waves of ``sm_count`` and idles SMs in a partial last wave; a persistent
+    (stream-K style) kernel splits the work evenly over the SMs, so it only loses when there
+    are fewer tiles than SMs (``persistent``). ``sm_count <= 0`` (unknown, or a CPU) or a
+    zero tile disables quantization.
     """
     if sm_count <= 0 or tile_m <= 0 or tile_n <= 0:
         return 1.0
     tm, tn = math.ceil(m / tile_m), math.ceil(n / tile_n)
-    tiles = tm * tn
-    waves = math.ceil(tiles / sm_count)
+    tiles = groups * tm * tn
     useful = (m * n) / (tm * tile_m * tn * tile_n)
+    if persistent:
+        return useful * min(1.0, tiles / sm_count)
+    waves = math.ceil(tiles / sm_count)
     return useful * tiles / (waves * sm_count)
+
+
+def tile_efficiency(m: int, n: int, tiles: Sequence[tuple[int, int]], sm_count: int,
+                    groups: int = 1, persistent: bool = False) -> float:
+    """Best ``wave_efficiency`` over the tile shapes a library picks from (cuBLAS's
+    heuristics choose among several CTA tiles per shape)."""
+    return max(wave_efficiency(m, n, tm, tn, sm_count, groups, persistent) for tm, tn in tiles)
 
 
 def gemm_time_core_s(m: float, n: float, k: float, bytes_moved: float, peak_flops: float,
                      eff_max: float, k_half: float, launch_s: float, wave: float,
-                     mem_bw_bytes_per_s: float) -> float:
-    """The GEMM formula on plain numbers (vectorisable by the fitters)."""
+                     mem_bw_bytes_per_s: float, cap_flops: float = math.inf) -> float:
+    """The GEMM formula on plain numbers (shared with the fitters).
+
+    ``t = launch + max(flops / min(peak * eff_max * wave * k/(k + k_half), cap), bytes / bw)``:
+    the shape terms (tile/wave fill, k-loop saturation) set the rate at the boost clock;
+    ``cap_flops`` is the rate the GPU sustains at its power limit (a ceiling, not a factor:
+    shapes that do not reach it lose nothing to it). ``m`` counts the rows of all groups.
+    """
     flops = 2.0 * m * n * k
     k_sat = k / (k + k_half)
-    t_compute = flops / (peak_flops * eff_max * wave * k_sat)
+    t_compute = flops / min(peak_flops * eff_max * wave * k_sat, cap_flops)
     t_memory = bytes_moved / mem_bw_bytes_per_s
     return launch_s + max(t_compute, t_memory)
 
 
 def gemm_time_s(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, prof: Profile,
-                batch: int = 1) -> float:
-    """Time of ``batch`` independent (m x k) @ (k x n) matmuls in ``dtype``."""
+                batch: int = 1, grouped: bool = False) -> float:
+    """Time of ``batch`` independent (m x k) @ (k x n) matmuls in ``dtype`` run as one
+    batched / grouped kernel (tiles of every group share the SMs; each group has its own
+    weights, so weight bytes scale with ``batch``). ``grouped``: a grouped-GEMM kernel
+    (variable rows per group, MoE experts), at ``GemmModel.grouped_for`` of the rate."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     g = prof.gemm
     elem = 1 if dtype == "fp8" else (4 if dtype in ("fp32", "tf32") else 2)
     bytes_moved = batch * elem * (m * k + k * n + m * n)
-    wave = wave_efficiency(m * batch, n, g.tile_m, g.tile_n, gpu.sm_count)
-    return gemm_time_core_s(batch * m, n, k, bytes_moved, gpu.peak(dtype) * 1e12,
-                            prof.gemm_eff(dtype), g.k_half.value, g.launch_us.value * 1e-6,
-                            wave, gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.bw_eff.value)
+    wave = tile_efficiency(m, n, g.tile_shapes(), gpu.sm_count, batch, g.persistent)
+    peak = gpu.peak(dtype) * 1e12
+    f = g.grouped_for(dtype) if grouped else 1.0
+    return gemm_time_core_s(batch * m, n, k, bytes_moved, peak, prof.gemm_eff(dtype) * f,
+                            g.k_half_for(dtype), g.launch_us.value * 1e-6, wave,
+                            gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.bw_eff.value,
+                            peak * g.sustained_for(dtype) * f)
 
 
 def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int = 1,
@@ -64,11 +91,15 @@ def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int 
 
 
 def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
-                     prof: Profile, kernel: str = "flash") -> float:
-    """Fused attention kernel time from its FLOPs and the profile's achieved fraction."""
+                     prof: Profile, kernel: str = "flash", seq_k: float = 0.0,
+                     head_dim: int = 0, causal: bool = False) -> float:
+    """Fused attention kernel time from its FLOPs (causal counted as half the square, the
+    FlashAttention papers' convention) and the profile's achieved fraction of the 16-bit
+    peak, which follows the key length ``seq_k``, ``head_dim`` and masking of the call where
+    the profile has curves (``AttentionModel``)."""
     if flops <= 0:
         return 0.0
-    eff = prof.attn_eff(dtype, backward, kernel)
+    eff = prof.attn_eff(dtype, backward, kernel, seq_k, head_dim, causal)
     peak = gpu.peak("bf16" if dtype == "fp8" else dtype) * 1e12   # attention stays in 16-bit
     return prof.memory.launch_us.value * 1e-6 + flops / (peak * eff)
 

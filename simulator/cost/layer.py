@@ -11,30 +11,56 @@ from dataclasses import dataclass, field
 
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
-from ..network.collectives import (
-    Collective,
-    LinkUse,
-    alpha_beta_time_s,
-    collective_time_s,
-)
+from ..network.collectives import Collective
+from ..network.price import ZERO_COST, CollectiveCost, collective_cost
 from ..parallel.placement import GroupPlacement
 from ..workload.ops import Op, OpKind
 from .kernels import attention_time_s, gemm_time_s, memory_time_s
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a pass in execution order, for the timeline: compute (``group`` "")
+    or one collective of a parallel group. A collective runs ``comm_s`` from where it
+    starts over ``links`` (link kinds, scale-up first); ``exposed_s`` of it holds the pass
+    up, the rest overlaps what follows and slows that compute by ``interference_s``.
+    ``duration_s`` is what the segment adds to the pass."""
+
+    name: str
+    group: str
+    exposed_s: float
+    comm_s: float = 0.0
+    links: tuple[str, ...] = ()
+    comm_bytes: float = 0.0
+    interference_s: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.exposed_s + self.interference_s
+
+
+def group_links(g: GroupPlacement) -> tuple[str, ...]:
+    """Link kinds a placed group's collectives cross (scale-up, then scale-out)."""
+    return tuple(x.kind for x in (g.intra, g.inter) if x is not None)
+
+
 @dataclass
 class PassCost:
     """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch). ``total_s``
-    is device time; ``host_s`` the host time to issue it (``simulator.cost.host``)."""
+    is device time; ``host_s`` the host time to issue it (``simulator.cost.host``).
+    ``segments``: the pass in order (timeline only; consecutive compute merged)."""
 
     compute_s: float = 0.0
     comm_s: dict[str, float] = field(default_factory=dict)   # exposed, by group
     interference_s: float = 0.0                               # compute slowed by overlapped comm
-    flops: float = 0.0                                        # executed (hardware) FLOPs
-    model_flops: float = 0.0
+    flops: float = 0.0                                        # executed by the kernels
+    model_flops: float = 0.0                                  # MFU convention (PaLM)
+    hardware_flops: float = 0.0                               # model + recomputed (HFU)
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
     host_s: float = 0.0                                       # host time issuing the pass
     host_ops: float = 0.0                                     # ops the host issues
+    link_busy_s: dict[str, float] = field(default_factory=dict)  # fabric tier -> busy seconds
+    segments: list[Segment] = field(default_factory=list, repr=False)
 
     @property
     def total_s(self) -> float:
@@ -47,61 +73,63 @@ class PassCost:
         self.model_flops += times * other.model_flops
         self.host_s += times * other.host_s
         self.host_ops += times * other.host_ops
+        self.hardware_flops += times * other.hardware_flops
         for k, v in other.comm_s.items():
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v
         for k, v in other.op_times.items():
             self.op_times[k] = self.op_times.get(k, 0.0) + times * v
+        for k, v in other.link_busy_s.items():
+            self.link_busy_s[k] = self.link_busy_s.get(k, 0.0) + times * v
+        for _ in range(times):
+            for seg in other.segments:
+                self.append(seg)
+
+    def add_link_busy(self, cost: CollectiveCost) -> None:
+        """Count the seconds ``cost`` keeps each fabric tier busy."""
+        for tier, s in cost.tier_busy_s:
+            self.link_busy_s[tier] = self.link_busy_s.get(tier, 0.0) + s
+
+    def append(self, seg: Segment) -> None:
+        """Add a segment at the end, merging it into a compute segment before it."""
+        last = self.segments[-1] if self.segments else None
+        if not seg.group and last is not None and not last.group:
+            self.segments[-1] = Segment("compute", "", last.exposed_s + seg.exposed_s)
+        else:
+            self.segments.append(seg)
 
 
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
     """Kernel time of a compute op (0 for collectives)."""
     if op.kind == OpKind.GEMM:
-        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch)
+        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch,
+                           grouped=op.grouped)
     if op.kind == OpKind.ATTENTION:
         return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
-                                op.kernel or "flash")
+                                op.kernel or "flash", seq_k=op.n, head_dim=op.k,
+                                causal=op.causal)
     if op.kind == OpKind.MEMORY:
         return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels, kind=op.mem_kind)
     return 0.0
 
 
+def group_collective(coll: Collective, size_bytes: float, g: GroupPlacement,
+                     prof: Profile) -> CollectiveCost:
+    """A collective over a placed group, routed over the cluster's fabric with every group
+    of the same kind running at once (``simulator.network.price``)."""
+    if g.size <= 1 or size_bytes <= 0:
+        return ZERO_COST
+    return collective_cost(coll, size_bytes, g.shape, g.fabric, prof)
+
+
 def group_collective_s(coll: Collective, size_bytes: float, g: GroupPlacement,
                        prof: Profile) -> float:
-    """Collective over a placed group: the slower of its scale-up and scale-out parts."""
-    if g.size <= 1 or size_bytes <= 0:
-        return 0.0
-    if coll == Collective.ALL_TO_ALL and g.inter is not None:
-        return _all_to_all_across_domains_s(size_bytes, g, prof)
-    t = 0.0
-    if g.intra is not None:
-        t = collective_time_s(coll, g.size, size_bytes, g.intra, prof,
-                              in_switch=g.in_switch and g.domains == 1)
-    if g.inter is not None:
-        t = max(t, collective_time_s(coll, g.size, size_bytes, g.inter, prof))
-    return t
+    return group_collective(coll, size_bytes, g, prof).time_s
 
 
 def interference_s(overlapped_s: float, prof: Profile) -> float:
     """Extra compute time while a collective runs alongside it for ``overlapped_s``
     (communication kernels take SMs and memory bandwidth: ``Profile.overlap_slowdown``)."""
     return max(0.0, prof.overlap_slowdown.value - 1.0) * max(0.0, overlapped_s)
-
-
-def _all_to_all_across_domains_s(size_bytes: float, g: GroupPlacement, prof: Profile) -> float:
-    """All-to-all over several scale-up domains: unlike a ring, every rank pushes its own
-    off-domain share ``size * (n - k) / n`` through its own NIC share (``k`` members per
-    domain), while the on-domain share ``size * (k - 1) / n`` moves over the scale-up fabric."""
-    n, k = g.size, g.members_per_domain
-    per_rank_nic = LinkUse(g.inter.kind, g.inter.bandwidth_gbytes_per_s / k, g.inter.latency_us)
-    c = prof.link(per_rank_nic.kind)
-    t = alpha_beta_time_s(n - 1, size_bytes * (n - k) / n, per_rank_nic.bandwidth_gbytes_per_s * 1e9,
-                          per_rank_nic.latency_us * 1e-6, c)
-    if g.intra is not None and k > 1:
-        ci = prof.link(g.intra.kind)
-        t = max(t, alpha_beta_time_s(k - 1, size_bytes * (k - 1) / n,
-                                     g.intra.bandwidth_gbytes_per_s * 1e9,
-                                     g.intra.latency_us * 1e-6, ci))
-    return t
 
 
 def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, GroupPlacement],
@@ -115,15 +143,22 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.compute_s += t
             pc.flops += op.flops
             pc.model_flops += op.model_flops
+            pc.hardware_flops += op.model_flops + op.recompute_flops
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
+            pc.append(Segment(op.name, "", t))
             continue
-        t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], prof)
+        cost = group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
+        t = cost.time_s
+        pc.add_link_busy(cost)
         hidden = 0.0
         if op.group == "cp" or (op.group == "tp" and tp_overlap):
             base = op.overlaps_with
             hidden = times.get(base) or times.get(base + "_dgrad") or times.get(base + "_bwd") or 0.0
         exposed = max(0.0, t - hidden)
-        pc.interference_s += interference_s(min(t, hidden), prof)
+        slowed = interference_s(min(t, hidden), prof)
+        pc.interference_s += slowed
         pc.comm_s[op.group] = pc.comm_s.get(op.group, 0.0) + exposed
+        pc.append(Segment(op.name, op.group, exposed, t, group_links(groups[op.group]),
+                          op.comm_bytes, slowed))
         pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + exposed
     return pc

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .memory_fit import MemoryVerdict
+
 
 @dataclass(frozen=True)
 class Breakdown:
@@ -37,15 +39,23 @@ class StageReport:
     activations_bytes: float
     workspace_bytes: float
     busy_s: float
+    optimizer_step_bytes: float = 0.0     # transient of the optimizer step (peak: see memory)
+    fp8_weight_copy_bytes: float = 0.0    # part of weights_bytes
+    workspace_source: str = ""            # which transient sets workspace_bytes
 
 
 @dataclass(frozen=True)
 class Result:
     """One simulated step. Throughput counts ``global_batch * seq_len`` tokens per step.
 
-    ``mfu``: model FLOPs (PaLM convention: full non-causal attention, no recompute) per
-    second per GPU over the dense peak of the plan's precision; ``hfu`` counts the FLOPs
-    the kernels execute (recompute included, causal attention halved).
+    ``mfu``: model FLOPs per second per GPU over the dense peak of the plan's precision.
+    Model FLOPs follow the PaLM convention (Chowdhery et al. 2022, appendix B): every
+    matmul of forward and backward, attention counted in full (non-causal: each query
+    against every key, or a whole window in a local layer), no recompute. ``hfu``: the
+    same FLOPs plus those of forward ops re-run for activation recompute, in the same
+    attention convention (Korthikanti et al. 2022's hardware FLOPs), so ``hfu >= mfu``,
+    equal without recompute. Neither is what a causal flash kernel executes (about half
+    of the attention FLOPs): on long sequences both can exceed what the kernels ran.
     """
 
     step_time_s: float
@@ -67,6 +77,11 @@ class Result:
     sim_wall_s: float = 0.0
     timeline: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
     notes: list[str] = field(default_factory=list)
+    # seconds per step each fabric tier ("scale-up", "pcie", "nic", "leaf-spine",
+    # "spine-core") is busy for one rank of the critical stage, and the busiest one
+    link_busy_s: dict[str, float] = field(default_factory=dict)
+    busiest_link: str = ""
+    memory_verdict: MemoryVerdict | None = None
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         d = asdict(self)

@@ -10,13 +10,16 @@ import time
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import StageMemory, state_bytes, workspace_bytes
+from ..memory.accounting import StageMemory
+from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, validate
-from ..parallel.schedule import in_flight_microbatches
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
 from .host_span import stage_span
+from .network_use import with_link_use
+from .memory_fit import memory_verdict
 from .result import Breakdown, Result, StageReport
+from .timeline import build_timeline
 from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
     StageTasks,
@@ -39,42 +42,33 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     stages = build_chunks(model, plan, cluster, profile, groups)
     memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
     if engine == "event":
-        step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups)
+        step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups,
+                                                     memory if keep_timeline else None)
     else:
         step, crit, bd, busy, timeline = _analytic_step(stages, plan, cluster, profile, groups)
     step += profile.step_overhead_s.value
-    return _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
-                   time.perf_counter() - t0, timeline if keep_timeline else [])
+    res = _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
+                  time.perf_counter() - t0, timeline if keep_timeline else [])
+    return with_link_use(res, stages[crit], model, plan, cluster, profile, groups)
 
 
 # ---- memory ---------------------------------------------------------------------------------
 def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: TransformerSpec) -> StageMemory:
-    dense = sum(c.dense_params for c in chunks)
-    expert = sum(c.params - c.dense_params for c in chunks)
-    shard = plan.dp * plan.cp
-    w1, g1, o1 = state_bytes(dense, plan, shard)
-    w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
-    in_flight = in_flight_microbatches(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
-    acts = in_flight * sum(c.act_bytes_per_mb for c in chunks)
-    ws = workspace_bytes(plan, max(c.largest_tensor_bytes for c in chunks))
-    return StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws)
+    """Peak memory of one rank of stage ``s`` (``simulator.memory.accounting``)."""
+    return _stage_memory(s, [c.memory for c in chunks], plan)
 
 
 # ---- event engine ---------------------------------------------------------------------------
-def _event_step(stages, model, plan, cluster, prof, groups):
+def _event_step(stages, model, plan, cluster, prof, groups, memory=None):
+    """``memory`` given: also record the timeline (``engine.timeline``)."""
     eng = Engine()
     st = build_tasks(eng, stages, model, plan, cluster, prof, groups)
     eng.run()
     ends = [eng.tasks[s.tail].end_s for s in st]
     crit = max(range(len(st)), key=lambda i: (ends[i], -i))
     bd, busy = _event_breakdown(eng, st, stages, crit, ends[crit])
-    timeline = [_task_event(t) for t in eng.tasks]
+    timeline = build_timeline(eng, stages, memory, plan, cluster, groups) if memory else []
     return ends[crit], crit, bd, busy, timeline
-
-
-def _task_event(t: Task) -> dict:
-    return {"name": t.name, "resource": t.resource, "start_s": t.start_s, "end_s": t.end_s,
-            **t.meta}
 
 
 def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: float):
@@ -164,14 +158,15 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
     mbs_total = plan.num_microbatches * plan.dp
     scale = plan.tp * plan.cp * mbs_total
     model_flops = scale * sum(c.fwd.model_flops + c.bwd.model_flops for ch in stages for c in ch)
-    hw_flops = scale * sum(c.fwd.flops + c.bwd.flops for ch in stages for c in ch)
+    hw_flops = scale * sum(c.fwd.hardware_flops + c.bwd.hardware_flops for ch in stages for c in ch)
     peak = cluster.gpu.peak(plan.precision) * 1e12
     tokens = plan.global_batch * model.seq_len
     cap = cluster.gpu.mem_bytes
     reports = [StageReport(m.stage, sum(len(c.layers) for c in stages[m.stage]), m.total_bytes,
                            m.weights_bytes, m.grads_bytes, m.optimizer_bytes,
                            m.activations_bytes, m.workspace_bytes,
-                           busy if m.stage == crit else 0.0) for m in memory]
+                           busy if m.stage == crit else 0.0, m.optimizer_step_bytes,
+                           m.fp8_weight_copy_bytes, m.workspace_source) for m in memory]
     bd = Breakdown(compute_s=parts["compute"], tp_comm_s=parts["tp"], cp_comm_s=parts["cp"],
                    ep_comm_s=parts["ep"], dp_comm_s=parts["dp"], pp_comm_s=parts["pp"],
                    bubble_s=parts["bubble"], optimizer_s=parts["optimizer"],
@@ -185,4 +180,5 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
                   peak_memory_bytes=peaks, memory_capacity_bytes=cap,
                   fits_in_memory=max(peaks) <= cap, breakdown=bd, stages=reports,
                   critical_stage=crit, num_microbatches=plan.num_microbatches, n_gpus=n,
-                  engine=engine, sim_wall_s=wall, timeline=timeline)
+                  engine=engine, sim_wall_s=wall, timeline=timeline,
+                  memory_verdict=memory_verdict(model, plan, cluster, memory))

@@ -16,11 +16,20 @@ from ..cost.host import (
     mechanisms_host,
     param_tensors,
 )
-from ..cost.layer import PassCost, group_collective_s, interference_s, pass_cost
+from ..cost.layer import (
+    PassCost,
+    Segment,
+    group_collective,
+    group_links,
+    interference_s,
+    pass_cost,
+)
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import layer_activation_bytes
+from ..memory.accounting import ChunkMemory
+from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
+from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
 from ..workload.ops import (
@@ -46,8 +55,7 @@ class ChunkWork:
     bwd: PassCost
     params: float                 # parameters held by one rank (after TP/EP split)
     dense_params: float           # of which replicated over the full DP group
-    act_bytes_per_mb: float       # activations kept per micro-batch
-    largest_tensor_bytes: float
+    memory: ChunkMemory           # what it keeps in memory (simulator.memory.chunk)
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
 
 
@@ -72,48 +80,39 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       dtype=plan.precision.value,
                       flash=plan.attention != AttentionImpl.MATERIALIZED,
                       attention_kernel=plan.attention.value,
-                      dropout=plan.attention == AttentionImpl.MATERIALIZED)
+                      dropout=plan.memory.dropout, loss=plan.memory.loss.value,
+                      fused_swiglu=plan.memory.fused_swiglu)
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
-    return {name: place_group(cluster, name, size, stride)
+    fab = fabric_of(cluster)
+    return {name: place_group(cluster, name, size, stride, fab)
             for name, (size, stride) in group_strides(plan).items()}
 
 
-def _rank_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float, float]:
-    """(params on one rank, of which dense i.e. not expert-sharded) for one layer."""
-    if not model.is_moe_layer(layer):
-        p = model.layer_params(layer) / plan.tp
-        return p, p
-    moe = model.moe
-    expert = (moe.experts + moe.shared_experts) * model.dense_mlp_params(moe.expert_ffn_hidden)
-    routed = moe.experts * model.dense_mlp_params(moe.expert_ffn_hidden)
-    dense = (model.layer_params(layer) - expert) / plan.tp + \
-        (expert - routed) / plan.tp
-    return dense + routed / (plan.ep * plan.tp), dense
-
-
 def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
-    """Forward ops re-run in backward; they count as hardware, not model, FLOPs."""
+    """Forward ops re-run in backward; they count as hardware, not model, FLOPs
+    (``recompute_flops``, in the same attention convention as ``model_flops``)."""
     if plan.recompute == Recompute.FULL:
         chosen = fwd
     elif plan.recompute == Recompute.SELECTIVE:
         chosen = [op for op in fwd if op.recomputed]
     else:
         chosen = []
-    return [replace(op, name=op.name + "_recompute", model_flops=0.0) for op in chosen]
+    return [replace(op, name=op.name + "_recompute", model_flops=0.0,
+                    recompute_flops=op.model_flops) for op in chosen]
 
 
 class _LayerCache:
-    """Prices each distinct layer kind once (dense and MoE layers differ)."""
+    """Prices each distinct layer kind once (dense/MoE, global/local attention differ)."""
 
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[bool, tuple[list[Op], PassCost, PassCost, float]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost]] = {}
 
-    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, float]:
-        key = self.m.is_moe_layer(layer)
+    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost]:
+        key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
@@ -121,11 +120,7 @@ class _LayerCache:
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             _set_host(cf, layer_host(fwd, self.prof, False, self.p.host_mode))
             _set_host(cb, layer_host(bwd, self.prof, True, self.p.host_mode))
-            tokens = self.sh.micro_batch * self.m.seq_len // self.p.cp
-            if self.p.sequence_parallel:
-                tokens //= self.p.tp
-            act = layer_activation_bytes(fwd, self.p.recompute, tokens * self.m.hidden * self.sh.act_bytes)
-            self._cache[key] = (fwd, cf, cb, act)
+            self._cache[key] = (fwd, cf, cb)
         return self._cache[key]
 
 
@@ -152,29 +147,16 @@ def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof:
 
 def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
     fwd, bwd = PassCost(), PassCost()
-    params = dense = act = 0.0
-    largest = 0.0
+    mem = chunk_memory(model, plan, sh, layers, first, last)
+    params, dense = mem.params, mem.dense_params
     all_fwd: list[Op] = []
-    extra: list[Op] = []
+    extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
+        (head_ops(model, sh) if last else [])
     tensors = 0
-    if first:
-        extra += embedding_ops(model, sh)
-        params += model.vocab * model.hidden / plan.tp
-        dense += model.vocab * model.hidden / plan.tp
-    if last:
-        extra += head_ops(model, sh)
-        if not (model.tied_embeddings and first):
-            params += model.vocab * model.hidden / plan.tp
-            dense += model.vocab * model.hidden / plan.tp
     for layer in layers:
-        lf, cf, cb, a = cache.get(layer)
+        lf, cf, cb = cache.get(layer)
         fwd.add(cf)
         bwd.add(cb)
-        p, d = _rank_params(model, plan, layer)
-        params += p
-        dense += d
-        act += a
-        largest = max(largest, max((o.saved_bytes for o in lf), default=0.0))
         all_fwd = lf
         tensors += param_tensors(lf)
     if extra:
@@ -183,13 +165,11 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         eb = backward_ops(extra)
         bwd.add(_set_host(pass_cost(eb, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(eb, prof, True, plan.host_mode)))
-        act += sum(o.saved_bytes for o in extra)
-        largest = max(largest, max(o.saved_bytes for o in extra))
         tensors += param_tensors(extra)
     _add_per_param_work(fwd, bwd, params, len(layers), tensors, plan, cluster, prof, groups)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, act, largest, all_fwd + extra)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra)
 
 
 def _add_per_param_work(fwd: PassCost, bwd: PassCost, params: float, layers: int,
@@ -225,11 +205,18 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather."""
     g = groups["dp"]
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
-    ag = group_collective_s(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs = group_collective_s(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
+    rs_cost = group_collective(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    ag, rs = ag_cost.time_s, rs_cost.time_s
+    fwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(ag_cost)
+    bwd.add_link_busy(rs_cost)
     first_layer = ag / max(1, n_layers)
-    for pc, comm in ((fwd, ag), (bwd, ag + rs)):
+    for pc, comm, what in ((fwd, ag, "fsdp all-gather"),
+                           (bwd, ag + rs, "fsdp all-gather + reduce-scatter")):
         busy = pc.total_s
         exposed = max(0.0, comm - busy) + first_layer
-        pc.interference_s += interference_s(min(comm, busy), prof)
+        slowed = interference_s(min(comm, busy), prof)
+        pc.interference_s += slowed
         pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed
+        pc.segments.insert(0, Segment(what, "dp", exposed, comm, group_links(g), w_bytes, slowed))

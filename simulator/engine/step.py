@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 from ..cost.host import lead_layers, sync_at_p2p
 from ..cost.kernels import memory_time_s
-from ..cost.layer import group_collective_s, interference_s
+from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..network.collectives import Collective, collective_time_s
-from ..parallel.placement import GroupPlacement, stage_boundary_link
+from ..network.collectives import Collective
+from ..network.price import CollectiveCost
+from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
 from ..parallel.schedule import Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
@@ -64,8 +65,21 @@ def grad_reduce_bytes(plan: Plan) -> int:
     return 4
 
 
-def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
-                     groups: dict[str, GroupPlacement], prof: Profile) -> float:
+# Engine links a stage's communication tasks occupy: a task sits on the one its collective
+# is bound by, so gradient buckets over NVLink no longer share a link with pipeline sends
+# over the NICs (tasks on the same link share it equally: processor sharing).
+LINKS = ("scale-up", "network")
+
+
+def link_of(costs: list[CollectiveCost]) -> str:
+    """``"scale-up"`` if the slowest of ``costs`` is bound by the scale-up port, else
+    ``"network"`` (PCIe hop, NIC, leaf or spine)."""
+    worst = max(costs, key=lambda c: c.time_s, default=None)
+    return "scale-up" if worst is None or worst.bottleneck in ("scale-up", "-") else "network"
+
+
+def dp_reduce_costs(dense_params: float, expert_params: float, plan: Plan,
+                    groups: dict[str, GroupPlacement], prof: Profile) -> list[CollectiveCost]:
     """Gradient reduction: dense parameters over the DP group, expert parameters over the
     expert-data-parallel group (ranks holding the same experts); all-reduce, or
     reduce-scatter under ZeRO-1/2 unless ``zero1_allreduce`` (the parameter all-gather is
@@ -73,18 +87,28 @@ def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
     nb = grad_reduce_bytes(plan)
     sharded = plan.zero_stage in (1, 2) and not plan.zero1_allreduce
     coll = Collective.REDUCE_SCATTER if sharded else Collective.ALL_REDUCE
-    return (group_collective_s(coll, dense_params * nb, groups["dp"], prof)
-            + group_collective_s(coll, expert_params * nb, groups["edp"], prof))
+    return [group_collective(coll, dense_params * nb, groups["dp"], prof),
+            group_collective(coll, expert_params * nb, groups["edp"], prof)]
+
+
+def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
+                     groups: dict[str, GroupPlacement], prof: Profile) -> float:
+    return sum(c.time_s for c in dp_reduce_costs(dense_params, expert_params, plan, groups, prof))
+
+
+def param_gather_costs(dense_params: float, expert_params: float, plan: Plan,
+                       groups: dict[str, GroupPlacement], prof: Profile) -> list[CollectiveCost]:
+    """ZeRO-1/2: all-gather of the updated 16-bit (or fp32) parameters."""
+    if plan.zero_stage not in (1, 2):
+        return []
+    wb = 4 if plan.precision.value == "fp32" else 2
+    return [group_collective(Collective.ALL_GATHER, dense_params * wb, groups["dp"], prof),
+            group_collective(Collective.ALL_GATHER, expert_params * wb, groups["edp"], prof)]
 
 
 def param_gather_time_s(dense_params: float, expert_params: float, plan: Plan,
                         groups: dict[str, GroupPlacement], prof: Profile) -> float:
-    """ZeRO-1/2: all-gather of the updated 16-bit (or fp32) parameters."""
-    if plan.zero_stage not in (1, 2):
-        return 0.0
-    wb = 4 if plan.precision.value == "fp32" else 2
-    return (group_collective_s(Collective.ALL_GATHER, dense_params * wb, groups["dp"], prof)
-            + group_collective_s(Collective.ALL_GATHER, expert_params * wb, groups["edp"], prof))
+    return sum(c.time_s for c in param_gather_costs(dense_params, expert_params, plan, groups, prof))
 
 
 def chunk_params(chunks) -> tuple[float, float]:
@@ -97,9 +121,10 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
                 plan: Plan, cluster: ClusterSpec, prof: Profile,
                 groups: dict[str, GroupPlacement]) -> list[StageTasks]:
     m = plan.num_microbatches
-    t_send = pipeline_send_time_s(model, plan, cluster, prof, groups)
+    sends = pipeline_send_costs(model, plan, cluster, prof, groups)
+    t_send = sum(c.time_s for c in sends)
     out = [_compute_tasks(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
-    _pipeline_sends(eng, out, t_send, plan)
+    _pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
@@ -125,7 +150,8 @@ def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
     issued by the host (``_issue``)."""
     comp = f"stage{s}.compute"
     eng.stream(comp)
-    eng.link(f"stage{s}.link")
+    for link in LINKS:
+        eng.link(f"stage{s}.{link}")
     st = StageTasks({}, {}, comp, -1, -1, [], -1)
     host = host_stream(eng, s, prof)
     prev: Unit | None = None
@@ -190,6 +216,11 @@ def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan
 
 def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
                          prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+    return sum(c.time_s for c in pipeline_send_costs(model, plan, cluster, prof, groups))
+
+
+def pipeline_send_costs(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
+                        prof: Profile, groups: dict[str, GroupPlacement]) -> list[CollectiveCost]:
     """One activation (or gradient) hand-off between adjacent stages, per micro-batch.
 
     With TP and ``pp_scatter_gather``, each rank sends only its 1/tp slice and the receiving
@@ -198,18 +229,19 @@ def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpe
     activations are already sliced; otherwise every TP rank sends the whole tensor.
     """
     if plan.pp == 1:
-        return 0.0
-    link = stage_boundary_link(cluster, plan)
+        return []
+    pair = stage_boundary(cluster, plan, groups["pp"].fabric)
     tokens = plan.micro_batch * model.seq_len // plan.cp
     full = tokens * model.hidden * (4 if plan.precision.value == "fp32" else 2)
     sliced = plan.sequence_parallel or plan.pp_scatter_gather
-    t = collective_time_s(Collective.SEND_RECV, 2, full / plan.tp if sliced else full, link, prof)
+    out = [group_collective(Collective.SEND_RECV, full / plan.tp if sliced else full, pair, prof)]
     if plan.tp > 1 and plan.pp_scatter_gather and not plan.sequence_parallel:
-        t += group_collective_s(Collective.ALL_GATHER, full, groups["tp"], prof)
-    return t
+        out.append(group_collective(Collective.ALL_GATHER, full, groups["tp"], prof))
+    return out
 
 
-def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan) -> None:
+def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
+                    link: str) -> None:
     """Wire each pass to the pass it consumes: through the producer's blocking send on its
     stream, or through an overlapped send on the producer's link. A host that synchronises
     at every hand-off (``sync_at_p2p``) also waits for the data before issuing the pass."""
@@ -228,7 +260,7 @@ def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan
                 x = st[src_stage].sends[src_unit]
             else:
                 x = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk} "
-                            f"{src_stage}->{s}", f"stage{src_stage}.link", t_send,
+                            f"{src_stage}->{s}", f"stage{src_stage}.{link}", t_send,
                             [(src, 1.0)], stage=src_stage, kind="pp_send")
             eng.depend(tid, x)
             if sync and u in stage.hosts:
@@ -244,7 +276,8 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
                       cluster: ClusterSpec, prof: Profile, groups: dict[str, GroupPlacement],
                       m: int) -> None:
     s = chunks[0].stage
-    link = f"stage{s}.link"
+    dense, expert = chunk_params(chunks)
+    link = f"stage{s}.{link_of(dp_reduce_costs(dense, expert, plan, groups, prof))}"
     prev = -1
     if plan.zero_stage < 3 and (groups["dp"].size > 1 or groups["edp"].size > 1):
         for ch in sorted(chunks, key=lambda c: -_last_backward(stage, c.chunk)):

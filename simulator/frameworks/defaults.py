@@ -33,57 +33,153 @@ class FrameworkDefaults:
 
 
 @dataclass(frozen=True)
-class StateBytes:
-    """Bytes per parameter of weights, gradients and optimizer state, before sharding."""
-
-    weights: float
-    grads: float
-    optimizer: float
-
-
-@dataclass(frozen=True)
 class CrossEntropyBytes:
-    """Memory traffic and saved bytes of the loss, per logit."""
+    """Memory traffic of the loss, per logit (what it keeps: ``LossBytes``)."""
 
     fwd_bytes_per_logit: float
     bwd_bytes_per_logit: float
-    saved_bytes_per_logit: float
     kernels: int
 
 
 @dataclass(frozen=True)
-class WorkspaceRule:
-    """Transient memory: copies of the largest activation tensor and DP buckets."""
-
-    largest_tensor_copies: int
-    comm_buckets: int
-    bucket_bytes_per_param: int
-
-
-@dataclass(frozen=True)
 class Conventions:
-    state_mixed: StateBytes
-    state_fp32: StateBytes
     optimizer_traffic_mixed_bytes_per_param: float
     optimizer_traffic_fp32_bytes_per_param: float
     cross_entropy: CrossEntropyBytes
-    workspace: WorkspaceRule
+
+
+@dataclass(frozen=True)
+class LossBytes:
+    """Bytes per logit a cross-entropy implementation keeps for backward (``saved``) and
+    holds on top of that at its own peak (``transient``), as fp32 copies plus copies in the
+    logits' dtype (``logit_bytes``: 2 for 16-bit logits, 4 for fp32 models)."""
+
+    saved_fp32: int
+    saved_logit: int
+    transient_fp32: int
+    transient_logit: int
+    why: str = ""
+
+    def saved(self, logit_bytes: int) -> float:
+        return 4.0 * self.saved_fp32 + logit_bytes * self.saved_logit
+
+    def transient(self, logit_bytes: int) -> float:
+        return 4.0 * self.transient_fp32 + logit_bytes * self.transient_logit
+
+
+def _load_losses() -> dict[str, LossBytes]:
+    data = json.loads(DATA.read_text())["loss_bytes_per_logit"]
+    return {k: LossBytes(**{f: v for f, v in d.items() if f != "source"}, why=d["source"])
+            for k, d in data.items() if not k.startswith("_")}
+
+
+LOSS_BYTES = _load_losses()
+LOSSES = tuple(LOSS_BYTES)
+BUCKETS = ("views", "copies", "ipg")
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class FrameworkMemory:
+    """What a framework keeps in GPU memory (``frameworks.json`` "memory"; field meanings in
+    its ``_doc``). Values are checked on load so a typo fails at import, not mid-run."""
+
+    name: str
+    zero_stage: int
+    params: str                              # "16-bit" or "fp32"
+    master_weights: bool
+    grad_dtype: Mapping[str, str]            # precision -> "fp32" or "16-bit"
+    optimizer_state: str                     # "fp32" or "param"
+    optimizer_grad_copy: bool
+    fp8_weight_copy_bytes_per_param: float
+    loss: str
+    fused_swiglu: bool
+    dropout: bool
+    dp_buckets: str
+    why: str
+    extra_16bit_grads: tuple[str, ...] = ()  # precisions with a 16-bit .grad beside fp32 grads
+    optimizer_foreach: bool = False
+    dp_bucket_buffer_elements: float = 0.0
+    fsdp_prefetch_layers: int = 1
+    fsdp_root_resharded: bool = False
+    optimizer_offload: bool = False
+    fp8_primary_weights: bool = False
+
+    def __post_init__(self) -> None:
+        checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),
+                  ("params", self.params in ("16-bit", "fp32")),
+                  ("grad_dtype", set(self.grad_dtype) == set(PRECISIONS)
+                   and set(self.grad_dtype.values()) <= {"fp32", "16-bit"}),
+                  ("optimizer_state", self.optimizer_state in ("fp32", "param")),
+                  ("loss", self.loss in LOSSES), ("dp_buckets", self.dp_buckets in BUCKETS),
+                  ("extra_16bit_grads", set(self.extra_16bit_grads) <= set(PRECISIONS)))
+        bad = [k for k, ok in checks if not ok]
+        if bad:
+            raise ValueError(f"frameworks.json memory.{self.name}: invalid {', '.join(bad)}")
+
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping[str, Any]) -> "FrameworkMemory":
+        kw = {k: v for k, v in d.items() if k != "source"}
+        kw["extra_16bit_grads"] = tuple(kw.get("extra_16bit_grads", ()))
+        return cls(name=name, why=d["source"], **kw)
 
 
 def _strip(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k != "source"}
 
 
+def _public(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def _load_memory() -> tuple[dict[str, str], dict[str, FrameworkMemory]]:
+    data = json.loads(DATA.read_text())
+    aliases = _public(data["aliases"])
+    mem = {k: FrameworkMemory.from_dict(k, v) for k, v in _public(data["memory"]).items()}
+    return aliases, mem
+
+
 def _load() -> tuple[dict[str, FrameworkDefaults], FrameworkDefaults, Conventions]:
     data = json.loads(DATA.read_text())
     fws = {k: FrameworkDefaults.from_dict(v) for k, v in data["frameworks"].items()}
     c = data["conventions"]
-    sb, traffic = c["state_bytes_per_param"], c["optimizer_step_traffic_bytes_per_param"]
-    conv = Conventions(StateBytes(**sb["mixed"]), StateBytes(**sb["fp32"]),
-                       float(traffic["mixed"]), float(traffic["fp32"]),
-                       CrossEntropyBytes(**_strip(c["cross_entropy"])),
-                       WorkspaceRule(**_strip(c["workspace"])))
+    traffic = c["optimizer_step_traffic_bytes_per_param"]
+    conv = Conventions(float(traffic["mixed"]), float(traffic["fp32"]),
+                       CrossEntropyBytes(**_strip(c["cross_entropy"])))
     return fws, FrameworkDefaults.from_dict(data["default_framework"]), conv
 
 
 FRAMEWORKS, DEFAULT_FRAMEWORK, CONVENTIONS = _load()
+ALIASES, MEMORY = _load_memory()
+
+
+def canonical_framework(name: str) -> str:
+    """The canonical spelling of a framework name ("megatron" -> "megatron-lm"); "" and
+    unknown names are returned lower-cased and stripped (callers decide what unknown means)."""
+    key = (name or "").strip().lower()
+    return ALIASES.get(key, key)
+
+
+def framework_names() -> list[str]:
+    """Every name ``--framework`` accepts: the canonical ones and their aliases."""
+    return sorted(k for k in set(MEMORY) | set(ALIASES) if k != "default")
+
+
+def framework_memory(name: str) -> FrameworkMemory:
+    """Memory conventions of ``name`` (any spelling); "" gives the "default" entry. Unknown
+    names raise ``KeyError`` (the CLI turns it into an ``InvalidInputError``)."""
+    key = canonical_framework(name)
+    return MEMORY[key or "default"]
+
+
+def framework_defaults(name: str) -> FrameworkDefaults:
+    """Behaviour defaults (attention kernel, overlaps) of ``name`` under either spelling;
+    ``DEFAULT_FRAMEWORK`` when the framework table has no entry."""
+    key = (name or "").strip().lower()
+    if key in FRAMEWORKS:
+        return FRAMEWORKS[key]
+    canon = canonical_framework(key)
+    for k in FRAMEWORKS:
+        if canonical_framework(k) == canon:
+            return FRAMEWORKS[k]
+    return DEFAULT_FRAMEWORK

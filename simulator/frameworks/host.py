@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .defaults import canonical_framework
+
 DATA = Path(__file__).with_name("frameworks.json")
 
 
@@ -67,7 +69,10 @@ class HostFacts:
     default: FrameworkHost = FrameworkHost("eager", ())
 
     def framework(self, name: str) -> FrameworkHost:
-        return self.frameworks.get(name, self.default)
+        """Host facts of framework ``name`` (any spelling: "megatron" is "megatron-lm");
+        unknown names get ``default``."""
+        key = canonical_framework(name)
+        return self.frameworks.get(key, self.default)
 
 
 def _split(d: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -84,7 +89,7 @@ def load_host(data: Mapping[str, Any] | None = None) -> HostFacts:
     modes = {k: HostMode(**_split(v)[0], why=_split(v)[1]) for k, v in h["modes"].items()}
     mech = {k: HostMechanism(**_split(v)[0], why=_split(v)[1])
             for k, v in h["mechanisms"].items()}
-    fws = {k: _fw(v) for k, v in h["frameworks"].items()}
+    fws = {canonical_framework(k): _fw(v) for k, v in h["frameworks"].items()}
     return HostFacts(modes, mech, fws, _fw(h["default"]))
 
 

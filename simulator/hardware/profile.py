@@ -12,6 +12,7 @@ standard error and held-out error. The formulas that consume each model live in
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -38,11 +39,16 @@ class Coefficient:
 
 @dataclass(frozen=True)
 class GemmModel:
-    """Dense matmul time model (see ``simulator.cost.kernels.gemm_time_s``).
+    """Dense / grouped matmul time model (see ``simulator.cost.kernels.gemm_time_s``).
 
-    ``t = launch + max(flops / (peak * eff_max * wave(m, n) * k/(k + k_half)), bytes / mem_bw)``
-    with ``wave`` the busy fraction of the tile waves of ``tile_m x tile_n`` tiles over
-    ``GPUSpec.sm_count`` SMs.
+    ``t = launch + max(flops / min(peak * eff_max * wave * k/(k + k_half), peak * sustained),
+    bytes / mem_bw)``: ``wave`` is the useful fraction of SM time of the output tiles (best
+    over ``tile_shapes()``, over ``GPUSpec.sm_count`` SMs; in waves, or spread evenly when
+    ``persistent``), ``k/(k + k_half)`` the k-loop saturation, ``eff_max`` the fraction of
+    the dtype peak the best shapes reach at boost clock, and ``sustained_eff`` (where measured)
+    the ceiling the power limit holds. A grouped kernel (MoE experts) runs at
+    ``grouped_eff`` of that rate. The fields after ``tile_n`` are optional: a profile without
+    them gets exactly the earlier formula (one tile, waves, no ceiling, no grouped loss).
     """
 
     eff_max: Mapping[str, Coefficient]          # per Dtype value, dimensionless
@@ -50,6 +56,28 @@ class GemmModel:
     launch_us: Coefficient
     tile_m: int = 128
     tile_n: int = 128
+    tiles: tuple[tuple[int, int], ...] = ()     # CTA tiles to pick the best of; () = (tile_m, tile_n)
+    persistent: bool = False                    # persistent (stream-K) kernels: no last-wave tail
+    sustained_eff: Mapping[str, Coefficient] = field(default_factory=dict)  # power-limit ceiling
+    k_half_dtype: Mapping[str, Coefficient] = field(default_factory=dict)   # where not k_half
+    grouped_eff: Mapping[str, Coefficient] = field(default_factory=dict)    # grouped / dense rate
+
+    def tile_shapes(self) -> tuple[tuple[int, int], ...]:
+        return self.tiles or ((self.tile_m, self.tile_n),)
+
+    def k_half_for(self, dtype: str) -> float:
+        return (self.k_half_dtype.get(dtype) or self.k_half).value
+
+    def grouped_for(self, dtype: str) -> float:
+        """Rate of a grouped (per-group weights, MoE) kernel over the dense model's; 1 where
+        none is measured."""
+        c = _by_dtype(self.grouped_eff, dtype)
+        return c.value if c is not None else 1.0
+
+    def sustained_for(self, dtype: str) -> float:
+        """Ceiling as a fraction of the dtype peak; ``inf`` where none is measured."""
+        c = _by_dtype(self.sustained_eff, dtype)
+        return c.value if c is not None else math.inf
 
 
 @dataclass(frozen=True)
@@ -71,16 +99,69 @@ class MemoryModel:
 
 
 @dataclass(frozen=True)
+class AttentionCurve:
+    """Fused-attention efficiency of one kernel family and direction against sequence length.
+
+    ``eff(s) = emax(head_dim) * s / (s + s_half)`` with ``s`` the key/value length one kernel
+    call walks: each query tile pays a fixed cost (load Q, rescale, write O and the
+    log-sum-exp) amortised over the kv loop, as a GEMM's prologue is over its k loop.
+    ``emax`` is tabulated per head dimension (keys are head dims as strings) and
+    interpolated in log2(head_dim), clamped at the ends.
+    """
+
+    emax: Mapping[str, Coefficient]
+    s_half: Coefficient                          # tokens
+
+    def eff(self, seq_k: float, head_dim: int, s_half: float | None = None) -> float:
+        sh = self.s_half.value if s_half is None else s_half
+        return self.emax_at(head_dim) * seq_k / (seq_k + sh)
+
+    def emax_at(self, head_dim: int) -> float:
+        pts = sorted((int(k), c.value) for k, c in self.emax.items())
+        if head_dim <= pts[0][0] or len(pts) == 1:
+            return pts[0][1]
+        for (d0, e0), (d1, e1) in zip(pts, pts[1:]):
+            if head_dim <= d1:
+                w = (math.log2(head_dim) - math.log2(d0)) / (math.log2(d1) - math.log2(d0))
+                return e0 + w * (e1 - e0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
 class AttentionModel:
-    """Fused (flash-style) attention: fraction of the dtype peak achieved, fwd and bwd.
+    """Fused (flash-style) attention: fraction of the 16-bit peak achieved, fwd and bwd.
 
     Keys are dtypes for FlashAttention-2-class kernels and ``"<kernel>:<dtype>"`` for other
-    kernel families (``flash3``: FA3 / cuDNN Hopper kernels); a GPU without an entry for a
-    family falls back to the FA2-class value.
+    kernel families (``flash3``: the Hopper/Blackwell kernels Transformer Engine runs, cuDNN
+    fused attention / FA3); a GPU without an entry for a family falls back to the FA2-class
+    value. Where ``curves`` has ``"<kernel>:fwd"`` / ``"<kernel>:bwd"`` (or the FA2-class
+    ``"flash:..."``) the efficiency follows the sequence length and head dimension of the call
+    (``AttentionCurve``); a causal call sees on average half the kv tiles per query tile and
+    computes its diagonal tile in full, so its half-length constant is
+    ``2 * s_half + causal_block_tokens``, times ``causal_eff`` (scheduling imbalance of the
+    triangular work). Without curves, the constant fractions apply (CPU calibration).
     """
 
     fwd_eff: Mapping[str, Coefficient]
     bwd_eff: Mapping[str, Coefficient]
+    curves: Mapping[str, AttentionCurve] = field(default_factory=dict)
+    causal_eff: Coefficient | None = None
+    causal_block_tokens: Coefficient | None = None
+
+    def curve(self, kernel: str, backward: bool) -> AttentionCurve | None:
+        d = "bwd" if backward else "fwd"
+        return self.curves.get(f"{kernel}:{d}") or self.curves.get(f"flash:{d}")
+
+    def curve_eff(self, kernel: str, backward: bool, seq_k: float, head_dim: int,
+                  causal: bool) -> float | None:
+        c = self.curve(kernel, backward)
+        if c is None or seq_k <= 0 or head_dim <= 0:
+            return None
+        if not causal:
+            return c.eff(seq_k, head_dim)
+        block = self.causal_block_tokens.value if self.causal_block_tokens else 0.0
+        g = self.causal_eff.value if self.causal_eff else 1.0
+        return g * c.eff(seq_k, head_dim, 2.0 * c.s_half.value + block)
 
 
 @dataclass(frozen=True)
@@ -100,6 +181,58 @@ class LinkCoefficients:
     base_us: Coefficient
     bw_eff: Coefficient
     in_switch_speedup: Coefficient | None = None
+
+
+@dataclass(frozen=True)
+class StepLatency:
+    """NCCL's latency terms for one (algorithm, protocol): a fixed ``base_us`` plus a cost
+    per pipeline step inside a scale-up domain and per step across the network."""
+
+    base_us: Coefficient
+    intra_step_us: Coefficient
+    net_step_us: Coefficient
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Coefficients of the flow-level network model (``simulator.network``) for
+    collectives that span scale-up domains; single-domain collectives keep the
+    ``LinkCoefficients`` of the scale-up link.
+
+    Latency, NCCL's tuner form (``src/graph/tuning.cc``), per protocol - LL (small
+    messages), LL128, Simple (large): a ring of ``s`` steps of which ``s_net`` cross the
+    network costs ``base + (s - s_net) * max(intra_step, net_overhead) + s_net * net_step``
+    (``net_overhead`` x3 under Simple; all-reduce under Simple x ``ring_simple_factor``; with
+    one rank per domain the tree's network step, as NCCL does); a double binary tree over
+    ``k`` domains ``base + 2 * ((m - 1) * intra_step + log2(k) * net_step)``; NVLSTree
+    ``nvls_tree_base_us + nvls_tree_level_us * log2(k)``; an all-to-all ``a2a_peer_us`` per
+    peer. Efficiencies: LL128 moves ``ll128_eff`` payload per byte (LL: the links'
+    ``small_bw_eff``); ``tree_eff`` of NCCL's tree across domains; ``nvls_eff`` of the
+    scale-up port under NVLS (its bytes ``S (1 + 1/m)`` per direction); ``sharp_eff`` of
+    in-network reduction; ``pcie_eff`` of the GPU-to-NIC PCIe hop. Network tiers (NIC,
+    leaf, spine) use the NIC kind's ``LinkCoefficients.bw_eff`` / ``small_bw_eff``.
+    """
+
+    ring_ll: StepLatency
+    ring_ll128: StepLatency
+    ring_simple: StepLatency
+    tree_ll: StepLatency
+    tree_ll128: StepLatency
+    tree_simple: StepLatency
+    net_overhead_us: Coefficient
+    ring_simple_factor: Coefficient
+    ll128_eff: Coefficient
+    tree_eff: Coefficient
+    nvls_tree_base_us: Coefficient
+    nvls_tree_level_us: Coefficient
+    a2a_peer_us: Coefficient
+    sharp_eff: Coefficient
+    pcie_eff: Coefficient
+    nvls_eff: Coefficient | None = None
+
+    def latency(self, algorithm: str, protocol: str) -> StepLatency:
+        """``algorithm`` "ring" or "tree", ``protocol`` "LL", "LL128" or "Simple"."""
+        return getattr(self, f"{algorithm}_{protocol.lower()}")
 
 
 @dataclass(frozen=True)
@@ -139,6 +272,7 @@ class Profile:
     # profile: the device description and the node it was measured in.
     device: GPUSpec | None = None
     node: NodeSpec | None = None
+    network: NetworkModel | None = None           # multi-domain collectives (None: alpha-beta)
     # Host (CPU) issue cost per op; None: host time not modelled (older profiles).
     host: HostModel | None = None
 
@@ -150,15 +284,18 @@ class Profile:
         return self.links[kind]
 
     def gemm_eff(self, dtype: str) -> float:
-        if dtype in self.gemm.eff_max:
-            return self.gemm.eff_max[dtype].value
-        for alt in {"fp8": ("bf16", "fp16"), "fp16": ("bf16",), "bf16": ("fp16",),
-                    "tf32": ("fp32",), "fp32": ("tf32",)}.get(dtype, ()):
-            if alt in self.gemm.eff_max:
-                return self.gemm.eff_max[alt].value
-        raise CalibrationMissingError(f"profile {self.name!r} has no GEMM efficiency for {dtype}")
+        c = _by_dtype(self.gemm.eff_max, dtype)
+        if c is None:
+            raise CalibrationMissingError(f"profile {self.name!r} has no GEMM efficiency for {dtype}")
+        return c.value
 
-    def attn_eff(self, dtype: str, backward: bool, kernel: str = "flash") -> float:
+    def attn_eff(self, dtype: str, backward: bool, kernel: str = "flash", seq_k: float = 0.0,
+                 head_dim: int = 0, causal: bool = False) -> float:
+        """Achieved fraction of the 16-bit peak: from the family's curve when the profile has
+        one and the call's shape is given, else the constant fraction."""
+        e = self.attention.curve_eff(kernel, backward, seq_k, head_dim, causal)
+        if e is not None:
+            return e
         table = self.attention.bwd_eff if backward else self.attention.fwd_eff
         keys = (dtype, "bf16", "fp16", "fp32")
         if kernel != "flash":
@@ -208,6 +345,18 @@ class Profile:
         return cls.from_dict(data)
 
 
+_DTYPE_ALTERNATIVES = {"fp8": ("bf16", "fp16"), "fp16": ("bf16",), "bf16": ("fp16",),
+                       "tf32": ("fp32",), "fp32": ("tf32",)}
+
+
+def _by_dtype(table: Mapping[str, Coefficient], dtype: str) -> Coefficient | None:
+    """The entry for ``dtype``, else for the dtype that shares its tensor-core path."""
+    for key in (dtype, *_DTYPE_ALTERNATIVES.get(dtype, ())):
+        if key in table:
+            return table[key]
+    return None
+
+
 def _coef(d: Mapping[str, Any]) -> Coefficient:
     return Coefficient(**d)
 
@@ -220,12 +369,23 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
     g = d["gemm"]
     gemm = GemmModel(eff_max=_coef_map(g["eff_max"]), k_half=_coef(g["k_half"]),
                      launch_us=_coef(g["launch_us"]), tile_m=int(g["tile_m"]),
-                     tile_n=int(g["tile_n"]))
+                     tile_n=int(g["tile_n"]),
+                     tiles=tuple((int(a), int(b)) for a, b in g.get("tiles", ())),
+                     persistent=bool(g.get("persistent", False)),
+                     sustained_eff=_coef_map(g.get("sustained_eff", {})),
+                     k_half_dtype=_coef_map(g.get("k_half_dtype", {})),
+                     grouped_eff=_coef_map(g.get("grouped_eff", {})))
     m = d["memory"]
     memory = MemoryModel(bw_eff=_coef(m["bw_eff"]), launch_us=_coef(m["launch_us"]),
                          kind_eff=_coef_map(m.get("kind_eff", {})))
     a = d["attention"]
-    attention = AttentionModel(fwd_eff=_coef_map(a["fwd_eff"]), bwd_eff=_coef_map(a["bwd_eff"]))
+    attention = AttentionModel(
+        fwd_eff=_coef_map(a["fwd_eff"]), bwd_eff=_coef_map(a["bwd_eff"]),
+        curves={k: AttentionCurve(emax=_coef_map(c["emax"]), s_half=_coef(c["s_half"]))
+                for k, c in a.get("curves", {}).items()},
+        causal_eff=_coef(a["causal_eff"]) if a.get("causal_eff") else None,
+        causal_block_tokens=(_coef(a["causal_block_tokens"]) if a.get("causal_block_tokens")
+                             else None))
     links = {}
     for kind, lc in d["links"].items():
         sp = lc.get("in_switch_speedup")
@@ -241,7 +401,18 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
                    fingerprint=dict(d.get("fingerprint", {})), notes=d.get("notes", ""),
                    device=GPUSpec(**d["device"]) if d.get("device") else None,
                    node=_node_from_dict(d["node"]) if d.get("node") else None,
+                   network=_network_from_dict(d["network"]) if d.get("network") else None,
                    host=_host_from_dict(d["host"]) if d.get("host") else None)
+
+
+def _network_from_dict(d: Mapping[str, Any]) -> NetworkModel:
+    def one(v: Any) -> Any:
+        if not v:
+            return None
+        if "value" in v:
+            return _coef(v)
+        return StepLatency(**{k: _coef(x) for k, x in v.items()})
+    return NetworkModel(**{k: one(v) for k, v in d.items()})
 
 
 def _host_from_dict(d: Mapping[str, Any]) -> HostModel:

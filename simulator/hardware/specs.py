@@ -36,11 +36,13 @@ class LinkKind(str, Enum):
     INFINIBAND = "infiniband"
     ROCE = "roce"
     OMNIPATH = "omnipath"
+    EFA = "efa"                # AWS Elastic Fabric Adapter (SRD, through aws-ofi-nccl)
     ETHERNET = "ethernet"      # TCP sockets
     HOST = "host"              # processes on one CPU host (shared memory / loopback)
 
 
-SCALE_OUT_KINDS = (LinkKind.INFINIBAND, LinkKind.ROCE, LinkKind.OMNIPATH, LinkKind.ETHERNET)
+SCALE_OUT_KINDS = (LinkKind.INFINIBAND, LinkKind.ROCE, LinkKind.OMNIPATH, LinkKind.EFA,
+                   LinkKind.ETHERNET)
 
 
 @dataclass(frozen=True)
@@ -104,11 +106,19 @@ class NodeSpec:
 class ClusterSpec:
     """``n_gpus`` GPUs in nodes of one type joined by a (rail-optimized) fat tree.
 
-    ``graph`` is the networkx topology built by ``hardware_db.topology``; the collective
-    model routes representative groups over it. ``oversubscription`` > 1 thins the
-    spine tier (1 = full bisection). ``pod_nodes``: nodes under one set of leaf switches
-    (traffic between pods crosses the spine); ``hardware_db`` fills it from its topology
-    data (``leaf_down_ports``); 0 = not described, the cluster is one pod.
+    The fabric is described by counts and capacities, never by a graph per GPU
+    (``simulator.network.fabric`` derives its tiers from these fields):
+    ``leaf_down_ports`` NIC ports hang under one leaf switch (0 = one switch holds every
+    NIC, no spine); leaves reach a spine tier whose uplinks are thinned by
+    ``oversubscription`` (1 = full bisection); beyond ``switch_radix * leaf_down_ports``
+    NIC ports a third (core) tier joins blocks of ``switch_radix / 2`` leaves, thinned by
+    ``core_oversubscription`` (``switch_radix`` 0 = never a third tier). ``planes``: NIC
+    ports per node spread over that many independent leaf/spine planes.
+    ``pcie_gbytes_per_s``: the GPU's PCIe link to its NIC, per direction (0 = not
+    limiting). ``in_network_reduction``: the switches reduce (InfiniBand SHARP / CollNet
+    enabled). ``net_ll_protocol``: the NIC transport runs NCCL's low-latency protocols (EFA
+    does not: Simple only). ``graph`` is an optional networkx topology that ``hardware_db.topology``
+    builds for small clusters and tests; the simulator never needs it.
     """
 
     gpu: GPUSpec
@@ -116,7 +126,13 @@ class ClusterSpec:
     n_gpus: int
     rail_optimized: bool = True
     oversubscription: float = 1.0
-    pod_nodes: int = 0
+    leaf_down_ports: int = 0
+    switch_radix: int = 0
+    core_oversubscription: float = 1.0
+    planes: int = 1
+    pcie_gbytes_per_s: float = 0.0
+    in_network_reduction: bool = False
+    net_ll_protocol: bool = True
     graph: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

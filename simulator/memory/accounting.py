@@ -1,25 +1,40 @@
-"""Peak memory per pipeline stage: weights, gradients, optimizer states, activations.
+"""Peak memory per pipeline stage: weights, gradients, optimizer states, activations and the
+transient working set, under the framework's conventions (``Plan.memory``).
 
-Bytes per parameter of weights, gradients and optimizer state come from the frameworks'
-conventions (``simulator/frameworks/frameworks.json``: mixed-precision Adam after
-Rajbhandari et al. 2020, 2 + 4 + 12 B; pure fp32 4 + 4 + 8 B).
-ZeRO-1 shards optimizer states over the data-parallel group, ZeRO-2 also gradients,
-ZeRO-3 also weights. Activations come from the op graph's saved tensors, which reproduce
-Korthikanti et al. 2022 (``sbh(34 + 5as/h)`` per layer for GPT without parallelism); the
-number of micro-batches a stage holds comes from playing the schedule.
+State bytes per parameter follow the plan's conventions (``simulator.parallel.conventions``,
+facts in ``frameworks.json``): Megatron's mixed precision keeps 16-bit weights, a gradient
+buffer in ``grad_dtype`` and fp32 master weights + Adam m, v (2 + 4 + 12 B, or 2 + 2 + 12 B
+with 16-bit gradients: Megatron's ``theoretical_memory_usage.py``, the ZeRO paper's
+2 + 2 + K); FSDP keeps fp32 parameters, gradients and m, v (16 B). ZeRO-1 shards the optimizer
+state over the data-parallel group (DP x CP), ZeRO-2 also gradients, ZeRO-3 also weights.
+
+Activations are the op graph's saved tensors (Korthikanti et al. 2022's ``sbh(34 + 5as/h)``
+per GPT layer without parallelism) times the micro-batches each chunk holds at the stage's
+worst moment of the schedule. The working set is the largest of the transients that occur at
+different moments: the loss at its peak, one layer's backward (its gradients, and with
+recompute the layer's re-created activations), and ZeRO-3 / FSDP's gathered parameters;
+gradient buckets that are separate buffers are added to all of them. The optimizer step has
+its own transient (an fp32 copy of 16-bit gradients, unfused temporaries) while activations
+are gone: the peak is ``state + max(activations + working set, step transient)``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from ..frameworks import CONVENTIONS
-from ..parallel.plan import Plan, Recompute
-from ..workload.ops import Op
+from ..hardware.specs import Dtype
+from ..parallel.conventions import BucketKind
+from ..parallel.plan import Plan, Recompute, Schedule
+from ..parallel.schedule import stage_order
+from ..workload.ops import Op, OpKind
 
 
 @dataclass(frozen=True)
 class StageMemory:
-    """Bytes one rank of a pipeline stage holds at its peak."""
+    """Bytes one rank of a pipeline stage holds. ``weights_bytes`` includes the FP8 weight
+    copies (``fp8_weight_copy_bytes``). ``workspace_bytes``: the transient working set at the
+    forward/backward peak (``workspace_source`` names which one); ``optimizer_step_bytes``:
+    the transient of the optimizer step. ``total_bytes`` is the peak."""
 
     stage: int
     weights_bytes: float
@@ -27,28 +42,87 @@ class StageMemory:
     optimizer_bytes: float
     activations_bytes: float
     workspace_bytes: float
+    optimizer_step_bytes: float = 0.0
+    fp8_weight_copy_bytes: float = 0.0
+    workspace_source: str = ""
+
+    @property
+    def state_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.workspace_bytes)
+        return self.state_bytes + max(self.activations_bytes + self.workspace_bytes,
+                                      self.optimizer_step_bytes)
+
+    def parts(self) -> dict[str, float]:
+        """The components of ``total_bytes`` at the peak (names as in reports)."""
+        step = self.optimizer_step_bytes > self.activations_bytes + self.workspace_bytes
+        return {"weights": self.weights_bytes, "grads": self.grads_bytes,
+                "optimizer": self.optimizer_bytes + (self.optimizer_step_bytes if step else 0.0),
+                "activations": 0.0 if step else self.activations_bytes,
+                "workspace": 0.0 if step else self.workspace_bytes}
 
 
+@dataclass(frozen=True)
+class ChunkMemory:
+    """Memory facts of one model chunk on one rank, for one micro-batch."""
+
+    params: float                 # parameters on this rank (after TP / EP split)
+    dense_params: float           # of which replicated over the whole DP group
+    linear_params: float          # of which decoder linear weights (FP8 copies)
+    edge_params: float            # embedding / output layer (an FSDP root's parameters)
+    max_layer_params: float       # the largest decoder layer (an FSDP unit)
+    act_bytes: float              # activations kept per micro-batch
+    layer_transient_bytes: float  # the largest layer-backward working set
+    loss_transient_bytes: float   # the loss's own peak (last chunk only)
+    head_saved_bytes: float = 0.0  # of act_bytes, kept by the output layer and the loss
+
+
+# ---- state ----------------------------------------------------------------------------------
 def bytes_per_param(plan: Plan) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes per parameter before ZeRO sharding."""
-    s = CONVENTIONS.state_fp32 if plan.precision.value == "fp32" else CONVENTIONS.state_mixed
-    return s.weights, s.grads, s.optimizer
+    c, fp32 = plan.memory, plan.precision == Dtype.FP32
+    w = 4.0 if fp32 or c.weights_fp32 else 2.0
+    g = 4.0 if fp32 else float(c.grad_dtype.bytes)
+    master = 4.0 if c.master_weights and w < 4 else 0.0
+    o = 0.0 if c.optimizer_offload else master + c.optimizer_state_bytes_per_param
+    return w, g + c.extra_grad_bytes_per_param, o
 
 
 def state_bytes(params: float, plan: Plan, shard_degree: int) -> tuple[float, float, float]:
-    """Weights, grads, optimizer bytes for ``params`` parameters on one rank."""
+    """Weights, grads, optimizer bytes for ``params`` parameters on one rank. The extra
+    16-bit gradients of DeepSpeed's BF16_Optimizer are never sharded."""
     w, g, o = bytes_per_param(plan)
-    z = plan.zero_stage
+    z, extra = plan.zero_stage, plan.memory.extra_grad_bytes_per_param
     return (params * w / (shard_degree if z >= 3 else 1),
-            params * g / (shard_degree if z >= 2 else 1),
+            params * ((g - extra) / (shard_degree if z >= 2 else 1) + extra),
             params * o / (shard_degree if z >= 1 else 1))
 
 
+def optimizer_step_bytes(params: float, plan: Plan, shard_degree: int) -> float:
+    """Transient of the optimizer step: the fp32 copy of 16-bit gradients the optimizer
+    makes for its shard (Megatron) and an unfused optimizer's temporaries."""
+    c = plan.memory
+    copy = 4.0 if c.optimizer_grad_copy and plan.precision != Dtype.FP32 \
+        and c.grad_dtype != Dtype.FP32 and not c.optimizer_offload else 0.0
+    per = copy + c.optimizer_step_temp_bytes_per_param
+    return params * per / (shard_degree if plan.zero_stage >= 1 else 1)
+
+
+def fp8_weight_copy_bytes(linear_params: float, plan: Plan) -> float:
+    """Change of the weights' bytes from FP8 for the decoder linears: Transformer Engine's
+    cached FP8 copy (kept across micro-batches; ZeRO-3 / FSDP disables the cache, TE's
+    ``is_fsdp2``), or, with FP8 primary weights, the FP8 bytes in place of 16-bit ones."""
+    c = plan.memory
+    if plan.precision != Dtype.FP8 or (plan.zero_stage >= 3 and not c.fp8_primary_weights):
+        return 0.0
+    if c.fp8_primary_weights:
+        return linear_params * (c.fp8_weight_copy_bytes_per_param - 2.0)
+    return linear_params * c.fp8_weight_copy_bytes_per_param
+
+
+# ---- activations and transients -------------------------------------------------------------
 def layer_activation_bytes(fwd_ops: list[Op], recompute: Recompute, input_bytes: float) -> float:
     """Bytes one layer keeps for backward for one micro-batch."""
     if recompute == Recompute.FULL:
@@ -58,11 +132,119 @@ def layer_activation_bytes(fwd_ops: list[Op], recompute: Recompute, input_bytes:
     return sum(op.saved_bytes for op in fwd_ops)
 
 
-def workspace_bytes(plan: Plan, largest_tensor_bytes: float) -> float:
-    """Transient buffers (``CONVENTIONS.workspace``, assumed): copies of the largest
-    activation tensor (an op's output and its gradient alive together in backward) plus
-    communication buckets. An estimate, stated as such in reports."""
-    w = CONVENTIONS.workspace
-    buckets = w.comm_buckets * w.bucket_bytes_per_param * plan.bucket_params() \
-        if plan.dp > 1 else 0
-    return w.largest_tensor_copies * largest_tensor_bytes + buckets
+def _grad_bytes(op: Op, act_bytes: int) -> float:
+    """Gradient tensors alive while ``op`` runs backward: its output's and its input's."""
+    if op.kind == OpKind.GEMM:
+        return op.batch * op.m * (op.n + op.k) * act_bytes
+    if op.kind in (OpKind.ATTENTION, OpKind.MEMORY):
+        return op.bytes_moved           # what the op reads and writes: inputs and outputs
+    return 0.0
+
+
+def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: int) -> float:
+    """The most one layer's backward holds beyond the activations counted for it, over
+    the moments its ops run backward (in reverse order): the op's input and output
+    gradients, plus what recompute re-created for ops up to this one (every op under full
+    recompute, the recomputed ones under selective), minus what the ops after it kept and
+    have already released."""
+    def recomputes(op: Op) -> bool:
+        return recompute == Recompute.FULL or (recompute == Recompute.SELECTIVE and op.recomputed)
+    worst = freed = 0.0
+    remade = sum(op.saved_bytes for op in fwd_ops if recomputes(op))
+    for op in reversed(fwd_ops):
+        worst = max(worst, _grad_bytes(op, act_bytes) + remade - freed)
+        if recomputes(op):
+            remade -= op.saved_bytes
+        else:
+            freed += op.saved_bytes
+    return worst
+
+
+@lru_cache(maxsize=65536)
+def live_chunk_counts(schedule: Schedule, stage: int, pp: int, m: int,
+                      vpp: int) -> tuple[tuple[int, ...], ...]:
+    """Micro-batches each chunk holds at the schedule's candidate worst moments: the live
+    count vectors after every forward that no other such vector dominates."""
+    live = [0] * vpp
+    seen: set[tuple[int, ...]] = set()
+    for u in stage_order(schedule, stage, pp, m, vpp):
+        live[u.chunk] += 1 if u.fwd else -1
+        if u.fwd:
+            seen.add(tuple(live))
+    kept: list[tuple[int, ...]] = []
+    for v in sorted(seen, key=lambda v: (-sum(v), v)):
+        if not any(all(a >= b for a, b in zip(w, v)) for w in kept):
+            kept.append(v)
+    return tuple(kept)
+
+
+def peak_activation_bytes(plan: Plan, stage: int, chunk_act_bytes: list[float]) -> float:
+    """Largest sum over live micro-batches of their chunk's activations (chunks differ:
+    the first holds the embedding, the last the output layer and the loss)."""
+    counts = live_chunk_counts(plan.schedule, stage, plan.pp, plan.num_microbatches, plan.vpp)
+    return max(sum(n * a for n, a in zip(v, chunk_act_bytes)) for v in counts)
+
+
+# ---- the stage ------------------------------------------------------------------------------
+def _compute_param_bytes(plan: Plan) -> float:
+    return 4.0 if plan.precision == Dtype.FP32 else 2.0
+
+
+def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, float, float]:
+    """ZeRO-3 / FSDP gathered parameters and gradients at three moments: the loss, the
+    start of a layer's backward, its end. The root's parameters (embedding, output layer)
+    stay gathered from forward to backward unless resharded. The loss's backward starts
+    with the first layer of backward being gathered. A layer runs backward gathered with
+    ``fsdp_prefetch_layers`` more gathered ahead; by its end it has produced unsharded
+    gradients in the compute dtype and then casts them to the reduce dtype for the
+    reduce-scatter (torch FSDP2 ``_fsdp_param_group.post_backward``), after it frees
+    its own gathered parameters. The largest layer stands for every layer."""
+    if plan.zero_stage < 3:
+        return 0.0, 0.0, 0.0
+    c, pb = plan.memory, _compute_param_bytes(plan)
+    g = 4.0 if plan.precision == Dtype.FP32 else float(c.grad_dtype.bytes)
+    root = 0.0 if c.fsdp_root_resharded else pb * sum(ch.edge_params for ch in chunks)
+    layer = max(ch.max_layer_params for ch in chunks)
+    ahead = c.fsdp_prefetch_layers * layer * pb
+    return (root + layer * pb, root + layer * pb + ahead,
+            root + ahead + layer * max(2 * pb, g))
+
+
+def bucket_bytes(params: float, plan: Plan) -> float:
+    """Gradient-reduction buffers that are not views of the gradient buffer."""
+    c = plan.memory
+    if plan.dp * plan.cp == 1 or c.dp_buckets == BucketKind.VIEWS:
+        return 0.0
+    g = 4.0 if plan.precision == Dtype.FP32 else float(c.grad_dtype.bytes)
+    if c.dp_buckets == BucketKind.COPIES:
+        return params * g if plan.zero_stage < 2 else 0.0
+    return min(params, c.dp_bucket_buffer_elements) * g if plan.zero_stage in (1, 2) else 0.0
+
+
+def workspace(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, str]:
+    """(the largest transient at the forward/backward peak, which one)."""
+    at_loss, at_start, at_end = fsdp_transient_bytes(chunks, plan)
+    # a chunk's layers run backward after its output layer and loss released their tensors
+    layer = max(c.layer_transient_bytes - c.head_saved_bytes for c in chunks)
+    head = max(c.head_saved_bytes for c in chunks)
+    moments = {"loss": max(c.loss_transient_bytes for c in chunks) + at_loss,
+               "layer backward": max(0.0, layer + at_start),
+               "fsdp reduce-scatter": max(0.0, at_end - head) if at_end else 0.0}
+    name = max(moments, key=lambda k: (moments[k], k))
+    buckets = bucket_bytes(sum(c.params for c in chunks), plan)
+    return moments[name] + buckets, name + (" + dp buckets" if buckets else "")
+
+
+def stage_memory(stage: int, chunks: list[ChunkMemory], plan: Plan) -> StageMemory:
+    """Peak memory of one rank of pipeline stage ``stage`` holding ``chunks``."""
+    shard = plan.dp * plan.cp
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.params - c.dense_params for c in chunks)
+    expert_shard = max(1, shard // plan.ep)
+    w1, g1, o1 = state_bytes(dense, plan, shard)
+    w2, g2, o2 = state_bytes(expert, plan, expert_shard)
+    fp8 = fp8_weight_copy_bytes(sum(c.linear_params for c in chunks), plan)
+    step = optimizer_step_bytes(dense, plan, shard) + optimizer_step_bytes(expert, plan, expert_shard)
+    acts = peak_activation_bytes(plan, stage, [c.act_bytes for c in chunks])
+    ws, source = workspace(chunks, plan)
+    return StageMemory(stage, w1 + w2 + fp8, g1 + g2, o1 + o2, acts, ws, step, fp8, source)

@@ -144,7 +144,8 @@ class DPComm:
         if self.bw_scale != 1.0:
             sc = lambda lu: None if lu is None else replace(
                 lu, bandwidth_gbytes_per_s=lu.bandwidth_gbytes_per_s * self.bw_scale)
-            g = replace(g, intra=sc(g.intra), inter=sc(g.inter))
+            g = replace(g, intra=sc(g.intra), inter=sc(g.inter),
+                        fabric=g.fabric.scaled(self.bw_scale) if g.fabric else None)
         return group_collective_s(coll, nbytes, g, self.prof)
 
     def allreduce_s(self, nbytes: float) -> float:

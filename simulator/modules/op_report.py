@@ -23,7 +23,7 @@ from ..cost.kernels import (
     attention_time_s,
     gemm_time_core_s,
     memory_time_s,
-    wave_efficiency,
+    tile_efficiency,
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
@@ -68,10 +68,12 @@ def gemm_op_time_s(t: TracedOp, dtype: str, gpu: GPUSpec, prof: Profile) -> floa
     if o.m <= 0 or o.n <= 0 or o.k <= 0:
         return memory_time_s(o.bytes_moved, gpu, prof)
     g = prof.gemm
-    wave = wave_efficiency(o.m * o.batch, o.n, g.tile_m, g.tile_n, gpu.sm_count)
-    return gemm_time_core_s(o.batch * o.m, o.n, o.k, o.bytes_moved, gpu.peak(dtype) * 1e12,
-                            gemm_efficiency(t, dtype, prof), g.k_half.value,
-                            g.launch_us.value * 1e-6, wave, _mem_bw(gpu, prof))
+    wave = tile_efficiency(o.m, o.n, g.tile_shapes(), gpu.sm_count, o.batch, g.persistent)
+    peak = gpu.peak(dtype) * 1e12
+    return gemm_time_core_s(o.batch * o.m, o.n, o.k, o.bytes_moved, peak,
+                            gemm_efficiency(t, dtype, prof), g.k_half_for(dtype),
+                            g.launch_us.value * 1e-6, wave, _mem_bw(gpu, prof),
+                            peak * g.sustained_for(dtype))
 
 
 def op_time_s(t: TracedOp, gpu: GPUSpec, prof: Profile,
@@ -261,38 +263,16 @@ def format_report(r: OpReport, top: int = 15) -> str:
     return "\n".join(lines)
 
 
-def write_roofline_png(r: OpReport, path: str, label_top: int = 8) -> None:
-    """Log-log roofline: achieved TFLOP/s vs intensity per op, sized by time."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    bw = r.mem_bw_gbytes_per_s * 1e9
-    xs = [10 ** (i / 10) for i in range(-20, 51)]
-    for dtype in sorted({row.dtype for row in r.rows if row.flops > 0} or {"fp32"}):
-        peak = r.peak_tflops.get(dtype) or max(r.peak_tflops.values())
-        ax.plot(xs, [min(peak, x * bw / 1e12) for x in xs], lw=1.2, label=f"roof {dtype}")
-    pts = [row for row in r.rows if row.flops > 0 and row.time_s > 0]
-    mx = max((row.time_s for row in pts), default=1.0)
-    ax.scatter([p.intensity for p in pts], [p.achieved_tflops for p in pts],
-               s=[10 + 200 * p.time_s / mx for p in pts],
-               c=["tab:red" if p.bound == "memory" else "tab:blue" for p in pts], alpha=0.6)
-    seen: set[tuple[int, int]] = set()
-    for p in sorted(pts, key=lambda p: (-p.time_s, p.index)):
-        spot = (round(p.intensity, 1), round(p.achieved_tflops, 1))
-        if spot in seen or len(seen) >= label_top:
-            continue
-        seen.add(spot)
-        ax.annotate(p.name.split("#")[0][-28:], spot, fontsize=6)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
-    ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title(f"{r.model} on {r.device}: {len(pts)} FLOP-carrying ops (red = memory-bound)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def write_roofline_png(r: OpReport, path: str, label_top: int = 10) -> None:
+    """Log-log roofline of the traced ops (``report.roofline.draw_roofline``): achieved
+    TFLOP/s vs intensity per op, sized by time, top ops labelled without overlap; ops
+    without FLOPs as achieved bandwidth beside it."""
+    from ..report.roofline import RooflinePoint, draw_roofline
+    dtypes = sorted({row.dtype for row in r.rows if row.flops > 0} or {"fp32"})
+    roofs = {d: r.peak_tflops.get(d) or max(r.peak_tflops.values()) for d in dtypes}
+    pts = [RooflinePoint(row.name.split("#")[0], row.flops, row.bytes, row.time_s,
+                         row.bound == "memory") for row in r.rows]
+    draw_roofline(pts, roofs, r.mem_bw_gbytes_per_s, path, f"{r.model} on {r.device}", label_top)
 
 
 def rows_json(rows: Sequence[OpRow]) -> list[dict[str, Any]]:

@@ -1,10 +1,11 @@
-"""Collectives priced on the bottleneck link a group's traffic crosses.
+"""Collective kinds, and the single-link alpha-beta form calibration fits.
 
-Ring for every collective; for all-reduce also the double binary tree and, where the fabric
-reduces in the switch, NVLS. Each is an alpha-beta closed form with two protocol regimes
-(small / large messages) whose coefficients come from the profile's ``LinkCoefficients``
-per link kind; ``calibrate.fit`` fits exactly these functions. Sizes in bytes, times in
-seconds.
+``alpha_beta_time_s`` with ``ring_steps_and_traffic`` is what ``calibrate.fit`` fits a link's
+``LinkCoefficients`` with (two protocol regimes, small / large messages), and what
+``simulator.network.price`` keeps for collectives inside one scale-up domain.
+``collective_time_s`` prices a collective on one given bottleneck link (ring, tree, NVLS) -
+a quick single-link estimate; the simulator itself routes groups over the whole fabric
+(``simulator.network.price``). Sizes in bytes, times in seconds.
 """
 from __future__ import annotations
 

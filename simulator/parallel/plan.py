@@ -8,6 +8,7 @@ from ..errors import InvalidInputError
 from ..frameworks import HOST
 from ..hardware.specs import ClusterSpec, Dtype
 from ..workload.spec import TransformerSpec
+from .conventions import MemoryConventions
 
 
 class Schedule(str, Enum):
@@ -71,6 +72,9 @@ class Plan:
     # DDP's per-parameter hooks, FSDP's per-unit hooks and all-gather rate limiter).
     host_mode: str = "eager"
     host_mechanisms: tuple[str, ...] = ()
+    # What the framework keeps in memory (gradient dtype, master weights, loss, buckets, ...):
+    # ``simulator.parallel.conventions``; from ``--framework`` / ``frameworks.json``.
+    memory: MemoryConventions = MemoryConventions()
 
     def __post_init__(self) -> None:
         for name, enum in (("recompute", Recompute), ("precision", Dtype),
@@ -94,6 +98,8 @@ class Plan:
             raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
                                    "bytes per parameter >= 0")
         self._check_host()
+        if not isinstance(self.memory, MemoryConventions):
+            raise InvalidInputError("memory", self.memory, "a MemoryConventions")
         if self.dp_bucket_bytes < 0:
             raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
                                     "a positive size, or 0 for the framework default")

@@ -6,7 +6,6 @@ cross-stage dependencies and the idle time falls out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from .plan import Schedule
 
@@ -87,15 +86,3 @@ def sends_downstream(unit: Unit, stage: int, pp: int, vpp: int) -> bool:
     if unit.fwd:
         return stage < pp - 1 or unit.chunk < vpp - 1
     return stage > 0 or unit.chunk > 0
-
-
-@lru_cache(maxsize=65536)
-def in_flight_microbatches(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> float:
-    """Peak number of micro-batches whose activations a stage holds, in units of its full
-    layer set (interleaved chunks count 1/vpp each)."""
-    order = stage_order(schedule, stage, pp, m, vpp)
-    live = peak = 0
-    for u in order:
-        live += 1 if u.fwd else -1
-        peak = max(peak, live)
-    return peak / vpp

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Mapping, Protocol, Sequence
 
+from .. import progress
 from ..engine.stage_work import place_groups
 from ..errors import ComplexityError, InvalidInputError
 from ..hardware.profile import Profile
@@ -35,6 +36,7 @@ from ..search.driver import (
     make_context,
     search,
 )
+from ..uncertainty.interval import Interval, distinguishable, log_interval_like
 from ..workload.spec import TransformerSpec
 
 DEFAULT_PUE = 1.2
@@ -43,13 +45,17 @@ SECONDS_PER_DAY = 86400.0
 
 @dataclass(frozen=True)
 class HardwareChoice:
-    """A cluster to price: GPU key, count, and optional NIC / node overrides."""
+    """A cluster to price: GPU key, count, and optional NIC / node / fabric overrides
+    (``oversubscription`` of the leaf uplinks, ``rail_optimized``, ``node`` preset)."""
 
     gpu: str
     n_gpus: int
     nic_gbps: float | None = None
     nics_per_node: int | None = None
     gpus_per_node: int | None = None
+    oversubscription: float = 1.0
+    rail_optimized: bool = True
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_gpus, bool) or not isinstance(self.n_gpus, int) or self.n_gpus < 1:
@@ -62,6 +68,12 @@ class HardwareChoice:
             s += f"@{self.nic_gbps:g}G"
         if self.nics_per_node:
             s += f"/{self.nics_per_node}nic"
+        if self.node:
+            s += f" {self.node}"
+        if self.oversubscription != 1.0:
+            s += f" {self.oversubscription:g}:1"
+        if not self.rail_optimized:
+            s += " no-rail"
         return s
 
 
@@ -129,12 +141,29 @@ class TrainingEstimate:
     def days(self) -> float:
         return self.seconds / SECONDS_PER_DAY
 
+    def interval(self, value: float) -> Interval | None:
+        """80 % interval of ``value`` (time, cost or energy of this estimate: all scale
+        with the step time) from the plan's step-time interval; None without one."""
+        iv = self.plan.step_time_interval if self.plan is not None else None
+        return log_interval_like(iv, value) if iv is not None else None
+
+    def interval_fields(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, v in (("seconds", self.seconds), ("days", self.days),
+                        ("gpu_hours", self.gpu_hours), ("cost_usd", self.cost_usd),
+                        ("energy_mwh", self.energy_mwh)):
+            iv = self.interval(v) if v is not None else None
+            if iv is not None:
+                out.update(iv.fields(name))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = {"gpu": self.gpu, "n_gpus": self.n_gpus, "tokens": self.tokens,
              "tokens_per_s": self.tokens_per_s, "seconds": self.seconds, "hours": self.hours,
              "days": self.days, "gpu_hours": self.gpu_hours,
              "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour, "cost_usd": self.cost_usd,
-             "tdp_w": self.tdp_w, "pue": self.pue, "energy_mwh": self.energy_mwh}
+             "tdp_w": self.tdp_w, "pue": self.pue, "energy_mwh": self.energy_mwh,
+             **self.interval_fields()}
         if self.plan is not None:
             d["plan"] = self.plan.to_dict()
         return d
@@ -296,7 +325,8 @@ def window_plan(model: TransformerSpec, window_s: float, choice: HardwareChoice,
     _check_positive("window", window_s)
     best: tuple[int, int, RankedPlan] | None = None
     rows = []
-    for gb in batches:
+    for gb in progress.track(batches, f"plan: global batches on {choice.label}",
+                             describe=lambda b: f"batch {b}"):
         quick = replace(options, top_k=1, event_top=min(options.event_top, 2),
                         event_max=min(options.event_max, 4))
         w = _best_or_none(model, choice, gb, catalog, quick)
@@ -322,8 +352,11 @@ class ComparisonRow:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"hardware": self.choice.label, "gpu": self.choice.gpu,
-                             "n_gpus": self.choice.n_gpus, "nic_gbps": self.choice.nic_gbps,
+        ch = self.choice
+        d: dict[str, Any] = {"hardware": ch.label, "gpu": ch.gpu, "n_gpus": ch.n_gpus,
+                             "nic_gbps": ch.nic_gbps, "nics_per_node": ch.nics_per_node,
+                             "oversubscription": ch.oversubscription,
+                             "rail_optimized": ch.rail_optimized, "node": ch.node,
                              "limiting_resource": self.limiting.value if self.limiting else None,
                              "note": self.note}
         if self.estimate is not None:
@@ -342,7 +375,7 @@ def compare(model: TransformerSpec, tokens: float, choices: Sequence[HardwareCho
     """Each hardware choice with its own best plan. ``prices`` maps GPU keys (canonical or
     as given) to USD per GPU-hour, overriding hardware_db's."""
     rows = []
-    for ch in choices:
+    for ch in progress.track(choices, "compare: hardware choices", describe=lambda c: c.label):
         price = _price_for(prices, ch, catalog)
         try:
             est, rep = time_on(model, tokens, ch, global_batch, catalog, options, price, pue)
@@ -362,3 +395,21 @@ def _price_for(prices: Mapping[str, float] | None, ch: HardwareChoice,
     if ch.gpu in prices:
         return prices[ch.gpu]
     return prices.get(catalog.cluster(ch).gpu.key)
+
+
+def indistinguishable_from_best(rows: Sequence[ComparisonRow],
+                                what: str = "days") -> tuple[ComparisonRow | None, list[ComparisonRow]]:
+    """The best row by ``what`` (``days`` or ``cost_usd``, lower is better) and the rows
+    whose 80 % interval of it overlaps the best's by more than half (not distinguishable)."""
+    def value(r: ComparisonRow) -> float | None:
+        return getattr(r.estimate, what) if r.estimate is not None else None
+    ok = [r for r in rows if value(r) is not None]
+    if not ok:
+        return None, []
+    best = min(ok, key=value)
+    b_iv = best.estimate.interval(value(best))
+    if b_iv is None:
+        return best, []
+    same = [r for r in ok if r is not best and r.estimate.interval(value(r)) is not None
+            and not distinguishable(b_iv, r.estimate.interval(value(r)))]
+    return best, same

@@ -1,56 +1,149 @@
-"""Ready-to-paste launch settings for a plan: Megatron-LM arguments, NeMo (Megatron GPT
-Hydra) overrides, and a torch FSDP2 + tensor-parallel sketch.
+"""Launch configurations for a chosen plan that a framework accepts as they are:
+Megatron-LM arguments (here), a NeMo 2 recipe, a torchtitan TOML and a torch FSDP2 sketch
+(``launch_frameworks``).
 
-The flags are the public command-line names of Megatron-LM's ``pretrain_gpt.py``
-(``megatron/training/arguments.py``) and NeMo's ``megatron_gpt_config.yaml``; settings the
-plan does not decide (data, optimizer hyper-parameters, checkpoints) are left out.
+The Megatron-LM flags are the command-line names of ``pretrain_gpt.py``
+(``megatron/training/arguments.py``) and say everything the model family needs: norm,
+position embedding, biases, activation, GQA, MLA, MoE router and token dispatcher, local
+attention. Settings the plan does not decide (data, tokenizer, optimizer
+hyper-parameters, checkpoints, RoPE base) are left out. The tests parse these lists with
+the flag table extracted from Megatron-LM's own parser.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine.stage_work import partition_layers
 from ..hardware.specs import Dtype
 from ..parallel.plan import AttentionImpl, Plan, Recompute
-from ..workload.spec import MLP, TransformerSpec
+from ..workload.spec import MLP, Norm, Position, TransformerSpec
+from .launch_frameworks import fsdp_sketch, nemo_recipe, torchtitan_toml
+
+# DeepSeek-V3 report (arXiv:2412.19437) Sec. 4.2: the complementary sequence-wise balance
+# loss of the auxiliary-loss-free router uses alpha = 0.0001.
+SEQ_AUX_LOSS_DEEPSEEK_V3 = 1e-4
 
 
 @dataclass(frozen=True)
 class LaunchArgs:
     megatron: tuple[str, ...]
-    nemo: tuple[str, ...]
+    nemo: str
+    torchtitan: str
     fsdp_sketch: str
     notes: tuple[str, ...]
+    megatron_env: tuple[tuple[str, str], ...] = ()
 
     def megatron_command(self, n_nodes: int, gpus_per_node: int) -> str:
+        env = " ".join(f"{k}={v}" for k, v in self.megatron_env)
         head = f"torchrun --nnodes {n_nodes} --nproc-per-node {gpus_per_node} pretrain_gpt.py"
-        return " \\\n    ".join([head] + list(self.megatron))
+        return " \\\n    ".join([f"{env} {head}" if env else head] + list(self.megatron))
+
+    def megatron_argv(self) -> list[str]:
+        """The arguments as ``sys.argv`` would hold them."""
+        return [tok for arg in self.megatron for tok in arg.split(" ", 1)]
 
     def to_dict(self) -> dict:
-        return {"megatron_lm": list(self.megatron), "nemo": list(self.nemo),
-                "fsdp_sketch": self.fsdp_sketch, "notes": list(self.notes)}
+        return {"megatron_lm": list(self.megatron), "megatron_env": dict(self.megatron_env),
+                "nemo2_recipe": self.nemo,
+                "torchtitan_toml": self.torchtitan, "fsdp_sketch": self.fsdp_sketch,
+                "notes": list(self.notes)}
 
 
-def _model_args(m: TransformerSpec) -> list[str]:
-    a = [f"--num-layers {m.n_layers}", f"--hidden-size {m.hidden}",
-         f"--ffn-hidden-size {m.ffn_hidden}", f"--num-attention-heads {m.n_heads}",
-         f"--seq-length {m.seq_len}", f"--max-position-embeddings {m.seq_len}"]
-    if m.n_kv_heads != m.n_heads:
-        a += ["--group-query-attention", f"--num-query-groups {m.n_kv_heads}"]
-    if m.head_dim != m.hidden // m.n_heads:
-        a.append(f"--kv-channels {m.head_dim}")
+def _layer_pattern(flags: list[bool]) -> str:
+    """``[True]*3 + [False]*2`` -> ``"[1]*3+[0]*2"`` (Megatron's list-expression form)."""
+    runs: list[list] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "+".join(f"[{int(f)}]*{n}" for f, n in runs)
+
+
+def _family_args(m: TransformerSpec) -> list[str]:
+    a = [f"--normalization {'RMSNorm' if m.norm == Norm.RMSNORM else 'LayerNorm'}",
+         "--position-embedding-type " + {Position.ROPE: "rope", Position.LEARNED: "learned_absolute",
+                                         Position.ALIBI: "none"}[m.position]]
+    if not m.linear_bias:
+        a.append("--disable-bias-linear")
+    if m.qkv_bias and not m.linear_bias:
+        a.append("--add-qkv-bias")
     if m.mlp == MLP.SWIGLU:
         a.append("--swiglu")
     elif m.mlp == MLP.RELU2:
         a.append("--squared-relu")
+    if m.qk_norm:
+        a.append("--qk-layernorm")
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
-    if m.moe is not None:
-        a += [f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
-              f"--moe-ffn-hidden-size {m.moe.expert_ffn_hidden}"]
-        if m.moe.shared_experts:
-            a.append(f"--moe-shared-expert-intermediate-size "
-                     f"{m.moe.shared_experts * m.moe.expert_ffn_hidden}")
     return a
+
+
+def _attention_args(m: TransformerSpec) -> list[str]:
+    a: list[str] = []
+    if m.mla is not None:
+        x = m.mla
+        a += ["--multi-latent-attention", f"--kv-lora-rank {x.kv_lora_rank}",
+              f"--qk-head-dim {x.qk_nope_head_dim}", f"--qk-pos-emb-head-dim {x.qk_rope_head_dim}",
+              f"--v-head-dim {x.v_head_dim}"]
+        if x.q_lora_rank:
+            a.append(f"--q-lora-rank {x.q_lora_rank}")
+        return a
+    if m.n_kv_heads != m.n_heads:
+        a += ["--group-query-attention", f"--num-query-groups {m.n_kv_heads}"]
+    if m.head_dim != m.hidden // m.n_heads:
+        a.append(f"--kv-channels {m.head_dim}")
+    if any(map(m.is_local_layer, range(m.n_layers))):
+        # flash-attention window (left, right): the last `window` positions including itself
+        a.append(f"--window-size ({m.window - 1},0)")
+        if m.global_every:
+            a.append(f"--window-attn-skip-freq {m.global_every}")
+    return a
+
+
+def _moe_args(m: TransformerSpec, plan: Plan) -> list[str]:
+    e = m.moe
+    if e is None:
+        return []
+    a = [f"--num-experts {e.experts}", f"--moe-router-topk {e.top_k}",
+         f"--moe-ffn-hidden-size {e.expert_ffn_hidden}",
+         f"--moe-router-score-function {e.router_score}",
+         "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    if e.shared_experts:
+        a.append(f"--moe-shared-expert-intermediate-size {e.shared_experts * e.expert_ffn_hidden}")
+    flags = [m.is_moe_layer(i) for i in range(m.n_layers)]
+    if not all(flags):
+        a.append(f"--moe-layer-freq {_layer_pattern(flags)}")
+    if e.router_expert_bias:
+        coeff = e.aux_loss_coeff or SEQ_AUX_LOSS_DEEPSEEK_V3
+        a += ["--moe-router-enable-expert-bias", "--moe-router-load-balancing-type seq_aux_loss",
+              f"--moe-aux-loss-coeff {coeff:g}", "--moe-router-dtype fp32"]
+    elif e.aux_loss_coeff > 0:
+        a += ["--moe-router-load-balancing-type aux_loss", f"--moe-aux-loss-coeff {e.aux_loss_coeff:g}"]
+    if e.router_topk_scale != 1.0:
+        a.append(f"--moe-router-topk-scaling-factor {e.router_topk_scale:g}")
+    if e.router_groups:
+        a += [f"--moe-router-num-groups {e.router_groups}",
+              f"--moe-router-group-topk {e.router_group_topk}"]
+    return a
+
+
+def _model_args(m: TransformerSpec, plan: Plan) -> list[str]:
+    a = [f"--num-layers {m.n_layers}", f"--hidden-size {m.hidden}",
+         f"--ffn-hidden-size {m.ffn_hidden}", f"--num-attention-heads {m.n_heads}",
+         f"--seq-length {m.seq_len}", f"--max-position-embeddings {m.seq_len}"]
+    a += _family_args(m) + _attention_args(m) + _moe_args(m, plan)
+    if plan.attention != AttentionImpl.MATERIALIZED:
+        # the plan was priced without dropout kernels (fused attention, no dropout)
+        a += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    return a
+
+
+def pipeline_layout(n_layers: int, chunks: int) -> str:
+    """Megatron's layout string for the simulator's uneven split (``partition_layers``):
+    ``E`` embedding, ``t`` a decoder layer, ``L`` the loss, stages split by ``|``."""
+    parts = [f"t*{len(c)}" for c in partition_layers(n_layers, chunks)]
+    return "E" + "|".join(parts) + "L"
 
 
 def _precision_args(p: Plan) -> list[str]:
@@ -66,8 +159,13 @@ def _precision_args(p: Plan) -> list[str]:
 def _parallel_args(m: TransformerSpec, p: Plan) -> list[str]:
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--micro-batch-size {p.micro_batch}", f"--global-batch-size {p.global_batch}"]
-    if p.vpp > 1:
-        a.append(f"--num-layers-per-virtual-pipeline-stage {m.n_layers // (p.pp * p.vpp)}")
+    chunks = p.pp * p.vpp
+    if m.n_layers % chunks:
+        a.append(f"--pipeline-model-parallel-layout {pipeline_layout(m.n_layers, chunks)}")
+        if p.vpp > 1:
+            a.append(f"--num-virtual-stages-per-pipeline-rank {p.vpp}")
+    elif p.vpp > 1:
+        a.append(f"--num-layers-per-virtual-pipeline-stage {m.n_layers // chunks}")
     if p.cp > 1:
         a.append(f"--context-parallel-size {p.cp}")
     if p.ep > 1:
@@ -82,17 +180,19 @@ def _parallel_args(m: TransformerSpec, p: Plan) -> list[str]:
     if p.zero_stage in (1, 2):
         a.append("--use-distributed-optimizer")
     if p.zero_stage == 3:
-        a.append("--use-torch-fsdp2")
+        # Megatron-FSDP (torch FSDP2 in Megatron refuses PP and EP: arguments.py validate_args)
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+              "--use-distributed-optimizer", "--ckpt-format fsdp_dtensor"]
     return a
 
 
 def _overlap_args(p: Plan) -> list[str]:
     a = []
-    if p.attention == AttentionImpl.FLASH:
+    if p.attention in (AttentionImpl.FLASH, AttentionImpl.FLASH3):
         a.append("--attention-backend flash")
     if p.dp_overlap:
         a.append("--overlap-grad-reduce")
-        if p.zero_stage >= 1:
+        if p.zero_stage >= 1:            # distributed optimizer or Megatron-FSDP
             a.append("--overlap-param-gather")
     if p.tp_overlap and p.tp > 1:
         a.append("--tp-comm-overlap")
@@ -100,103 +200,38 @@ def _overlap_args(p: Plan) -> list[str]:
 
 
 def megatron_args(model: TransformerSpec, plan: Plan) -> list[str]:
-    return _model_args(model) + _parallel_args(model, plan) + _precision_args(plan) + _overlap_args(plan)
+    return (_model_args(model, plan) + _parallel_args(model, plan) + _precision_args(plan)
+            + _overlap_args(plan))
 
 
-def nemo_overrides(model: TransformerSpec, plan: Plan, n_nodes: int, gpus_per_node: int) -> list[str]:
-    prec = {Dtype.BF16: "bf16-mixed", Dtype.FP16: "16-mixed", Dtype.FP8: "bf16-mixed",
-            Dtype.FP32: "32"}[plan.precision]
-    o = [f"trainer.num_nodes={n_nodes}", f"trainer.devices={gpus_per_node}",
-         f"trainer.precision={prec}",
-         f"model.num_layers={model.n_layers}", f"model.hidden_size={model.hidden}",
-         f"model.ffn_hidden_size={model.ffn_hidden}",
-         f"model.num_attention_heads={model.n_heads}", f"model.encoder_seq_length={model.seq_len}",
-         f"model.tensor_model_parallel_size={plan.tp}",
-         f"model.pipeline_model_parallel_size={plan.pp}",
-         f"model.context_parallel_size={plan.cp}",
-         f"model.expert_model_parallel_size={plan.ep}",
-         f"model.micro_batch_size={plan.micro_batch}", f"model.global_batch_size={plan.global_batch}",
-         f"model.sequence_parallel={str(plan.sequence_parallel).lower()}"]
-    if model.n_kv_heads != model.n_heads:
-        o.append(f"model.num_query_groups={model.n_kv_heads}")
-    if plan.vpp > 1:
-        o.append(f"model.virtual_pipeline_model_parallel_size={plan.vpp}")
-    if plan.recompute != Recompute.NONE:
-        o.append(f"model.activations_checkpoint_granularity={plan.recompute.value}")
-    if plan.recompute == Recompute.FULL:
-        o += ["model.activations_checkpoint_method=uniform",
-              "model.activations_checkpoint_num_layers=1"]
-    if plan.zero_stage in (1, 2):
-        o.append("model.optim.name=distributed_fused_adam")
-    elif plan.zero_stage == 3:
-        o += ["model.fsdp=true", "model.fsdp_sharding_strategy=full"]
-    if plan.precision == Dtype.FP8:
-        o += ["model.fp8=true", "model.fp8_hybrid=true"]
-    return o
+def megatron_env(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """Megatron-LM (before Blackwell) asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP,
+    unless FSDP is on, which wants it unset (validate_args)."""
+    if (plan.tp > 1 or plan.cp > 1) and plan.zero_stage < 3:
+        return (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
+    return ()
 
 
-_FSDP_TEMPLATE = '''\
-# torch >= 2.4 sketch: FSDP2 ({zero}) over dp={dp}{tp_line}
-import torch
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-{tp_import}
-mesh = init_device_mesh("cuda", ({dp}, {tp}), mesh_dim_names=("dp", "tp"))
-model = build_model()  # {layers} decoder blocks, hidden {hidden}
-{tp_block}mp = MixedPrecisionPolicy(param_dtype=torch.{dtype}, reduce_dtype=torch.float32)
-for i, block in enumerate(model.layers):
-{ckpt}    fully_shard(block, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward={reshard})
-fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward={reshard})
-# micro-batch {mb} sequences x {seq} tokens; accumulate {accum} micro-batches per step
-'''
-
-
-def fsdp_sketch(model: TransformerSpec, plan: Plan) -> str:
-    tp = plan.tp
-    tp_block = ""
-    if tp > 1:
-        style = "SequenceParallel()" if plan.sequence_parallel else "None"
-        tp_block = ("for block in model.layers:  # Megatron-style column/row split\n"
-                    "    parallelize_module(block, mesh[\"tp\"], {\n"
-                    "        \"attn.qkv\": ColwiseParallel(), \"attn.out\": RowwiseParallel(),\n"
-                    "        \"mlp.fc1\": ColwiseParallel(), \"mlp.fc2\": RowwiseParallel(),\n"
-                    f"        \"norm\": {style}}})\n")
-    ckpt = ""
-    if plan.recompute != Recompute.NONE:
-        ckpt = ("    model.layers[i] = block = checkpoint_wrapper(block)  # activation checkpointing "
-                f"({plan.recompute.value})\n")
-    accum = plan.global_batch // (plan.micro_batch * plan.dp)
-    return _FSDP_TEMPLATE.format(
-        zero="ZeRO-3, weights resharded after forward" if plan.zero_stage >= 3 else
-        "ZeRO-2-like, weights kept after forward",
-        dp=plan.dp, tp=tp, tp_line=f" x tp={tp}" if tp > 1 else "",
-        tp_import="from torch.distributed.tensor.parallel import (parallelize_module, "
-                  "ColwiseParallel, RowwiseParallel, SequenceParallel)" if tp > 1 else "",
-        layers=model.n_layers, hidden=model.hidden, tp_block=tp_block,
-        dtype="bfloat16" if plan.precision in (Dtype.BF16, Dtype.FP8) else
-        ("float16" if plan.precision == Dtype.FP16 else "float32"),
-        ckpt=ckpt, reshard=str(plan.zero_stage >= 3), mb=plan.micro_batch,
-        seq=model.seq_len, accum=accum)
-
-
-def _notes(plan: Plan) -> list[str]:
-    n = []
-    if plan.pp > 1:
-        n.append("FSDP sketch covers dp x tp only; pipeline stages need "
-                 "torch.distributed.pipelining or Megatron-LM/NeMo")
-    if plan.cp > 1 or plan.ep > 1:
-        n.append("context / expert parallelism: use the Megatron-LM or NeMo settings")
+def _notes(model: TransformerSpec, plan: Plan) -> list[str]:
+    n = ["not decided by the plan, add them: data (--data-path or --mock-data), tokenizer, "
+         "optimizer and LR schedule, checkpoints, RoPE base (--rotary-base)"]
     if plan.zero_stage == 2:
         n.append("Megatron's distributed optimizer shards optimizer states and gradients (ZeRO-2)")
     if plan.zero_stage == 3:
-        n.append("ZeRO-3 in Megatron-LM means --use-torch-fsdp2 (Megatron-Core >= 0.10)")
+        n.append("ZeRO-3 in Megatron-LM: Megatron-FSDP (--use-megatron-fsdp, optim_grads_params)")
+    if model.position == Position.ALIBI:
+        n.append("ALiBi is not in Megatron-Core: the arguments say no position embedding")
+    if model.attn_logit_softcap or model.final_logit_softcap:
+        n.append("logit soft-capping has no Megatron-LM flag; NeMo's Gemma 2 model applies it")
+    if model.moe is not None and model.moe.router_expert_bias and not model.moe.aux_loss_coeff:
+        n.append(f"sequence-wise balance loss {SEQ_AUX_LOSS_DEEPSEEK_V3:g} from the DeepSeek-V3 "
+                 "report (the config.json has no coefficient)")
     return n
 
 
 def launch_args(model: TransformerSpec, plan: Plan, n_gpus: int, gpus_per_node: int) -> LaunchArgs:
     gpn = min(gpus_per_node, n_gpus)
     nodes = max(1, n_gpus // gpn)
-    return LaunchArgs(tuple(megatron_args(model, plan)),
-                      tuple(nemo_overrides(model, plan, nodes, gpn)),
-                      fsdp_sketch(model, plan), tuple(_notes(plan)))
+    return LaunchArgs(tuple(megatron_args(model, plan)), nemo_recipe(model, plan, nodes, gpn),
+                      torchtitan_toml(model, plan), fsdp_sketch(model, plan),
+                      tuple(_notes(model, plan)), megatron_env(plan))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
+from .. import progress
 from ..errors import ComplexityError, InvalidInputError
 from ..search.driver import RankedPlan, SearchOptions
 from ..workload.spec import TransformerSpec
@@ -121,7 +122,8 @@ def scaling_curve(model: TransformerSpec, gpu: str, counts: Sequence[int], globa
     kind = ScalingKind(kind)
     n0 = counts[0]
     raw = []
-    for n in counts:
+    for n in progress.track(counts, f"scaling ({kind.value}): GPU counts",
+                            describe=lambda c: f"{c} x {gpu}"):
         gb = global_batch if kind == ScalingKind.STRONG else max(1, global_batch * n // n0)
         best, note = _point(model, gpu, n, gb, catalog, options)
         raw.append((n, gb, best, note))

@@ -67,9 +67,9 @@ def _layer_groups(model: TransformerSpec, plan: Plan) -> list[tuple[str, list]]:
     if model.moe is None:
         return [("layer", layer_ops(model, sh, 0))]
     groups = []
-    if model.moe.dense_layers:
-        groups.append(("dense-layer", layer_ops(model, sh, 0)))
-    groups.append(("moe-layer", layer_ops(model, sh, model.moe.dense_layers)))
+    if model.n_moe_layers() < model.n_layers:
+        groups.append(("dense-layer", layer_ops(model, sh, model.first_layer(False))))
+    groups.append(("moe-layer", layer_ops(model, sh, model.first_layer(True))))
     return groups
 
 

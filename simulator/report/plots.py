@@ -8,28 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import UnsupportedError
-
-
-def _plt():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UnsupportedError("plots need the optional extra: pip install "
-                               "'complexity-framework[plot]' (matplotlib)") from None
-    return plt
-
-
-def _save(fig, path: str | Path) -> Path:
-    p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(p, dpi=120, metadata={"Software": None} if p.suffix == ".png" else None)
-    _plt().close(fig)
-    return p
+from .figure import pyplot as _plt
+from .figure import save as _save
 
 
 def plot_scaling(curves: Sequence[Any], path: str | Path) -> Path:
@@ -63,31 +43,15 @@ def plot_scaling(curves: Sequence[Any], path: str | Path) -> Path:
 
 
 def plot_roofline(ops: Sequence[Any], peak_tflops: float, mem_bw_gbytes_per_s: float,
-                  path: str | Path, title: str = "roofline") -> Path:
-    """The device roofline with each compute op placed at (intensity, achieved TFLOP/s)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    ridge = peak_tflops * 1e12 / (mem_bw_gbytes_per_s * 1e9)
-    xs = [0.01, ridge, max(ridge * 100, 1e4)]
-    ax.plot(xs, [min(peak_tflops, x * mem_bw_gbytes_per_s / 1e3) for x in xs], "k-", lw=1.5)
-    colors = {"compute-bound": "tab:blue", "memory-bound": "tab:orange"}
-    for name, col in colors.items():
-        ax.scatter([], [], color=col, s=18, label=name)
-    for o in ops:
-        if o.roofline.value not in colors or o.time_s <= 0 or o.bytes_moved <= 0:
-            continue
-        x = max(o.intensity_flop_per_byte, 0.02)
-        y = max(o.flops / o.time_s / 1e12, 1e-3) if o.flops else \
-            o.bytes_moved / o.time_s / 1e12 * x
-        ax.scatter([x], [y], color=colors[o.roofline.value], s=18)
-        if o.phase == "forward":
-            ax.annotate(o.name, (x, y), fontsize=6, alpha=0.8)
-    ax.axvline(ridge, color="gray", ls=":")
-    ax.legend(fontsize=8, title="ops with no FLOPs sit at the left edge", title_fontsize=7)
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)",
-           ylabel="achieved TFLOP/s", title=f"{title} (ridge {ridge:.0f} FLOP/B)")
-    ax.grid(True, which="both", alpha=0.3)
-    return _save(fig, path)
+                  path: str | Path, title: str = "roofline", top: int = 10) -> Path:
+    """The device roofline with each op of the plan's layer (``whatif.OpRoofline``):
+    see ``report.roofline.draw_roofline``."""
+    from .roofline import RooflinePoint, draw_roofline
+    short = {"forward": "fwd", "backward": "bwd", "recompute": "recompute"}
+    pts = [RooflinePoint(f"{o.name} ({short.get(o.phase, o.phase)})", o.flops, o.bytes_moved, o.time_s,
+                         o.roofline.value == "memory-bound")
+           for o in ops if o.roofline.value in ("compute-bound", "memory-bound")]
+    return draw_roofline(pts, {"peak": peak_tflops}, mem_bw_gbytes_per_s, path, title, top)
 
 
 def plot_search(records: Sequence[Mapping[str, Any]], path: str | Path,

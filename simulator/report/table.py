@@ -6,10 +6,31 @@ from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
 from ..workload.spec import TransformerSpec
+from .assumptions import assumption_lines, assumptions
 
 
 def _fmt_bytes(b: float) -> str:
     return f"{b / 1e9:.1f} GB"
+
+
+def _memory_notes(r: Result, plan: Plan) -> list[str]:
+    """Capacity verdict; when it does not fit: where, which part, and what would fit."""
+    v = r.memory_verdict
+    c = plan.memory
+    conv = (f"  conventions: {c.framework or 'default'}; grads {c.grad_dtype.value}, "
+            f"zero {plan.zero_stage}, loss {c.loss.value}, buckets {c.dp_buckets.value}")
+    if v is None or v.fits:
+        verdict = "fits" if r.fits_in_memory else "DOES NOT FIT"
+        return [f"  capacity {_fmt_bytes(r.memory_capacity_bytes)} per GPU: {verdict}", conv]
+    parts = ", ".join(f"{k} {_fmt_bytes(b)}" for k, b in v.parts_bytes.items())
+    out = [f"  capacity {_fmt_bytes(v.capacity_bytes)} per GPU: DOES NOT FIT: stage {v.stage} "
+           f"is {_fmt_bytes(v.excess_bytes)} over; largest part: {v.largest_part}",
+           f"  stage {v.stage} at its peak: {parts} (workspace: {v.workspace_source})", conv]
+    fits = [x for x in v.remedies if x.fits]
+    shown = fits or v.remedies[:3]
+    out.append("  would fit with: " if fits else "  no single change fits; closest:")
+    out += [f"    {x.change:28s} peak {_fmt_bytes(x.peak_memory_bytes)}" for x in shown]
+    return out
 
 
 def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
@@ -23,7 +44,7 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
         f"mb={plan.micro_batch} gbs={plan.global_batch} sp={plan.sequence_parallel} "
         f"recompute={plan.recompute.value} zero={plan.zero_stage} {plan.precision.value} "
         f"{plan.schedule.value} attention={plan.attention.value}",
-        f"profile    {prof.name}",
+        *assumption_lines(assumptions(model, plan, cluster, prof)),
         "",
         f"step time            {r.step_time_s:10.3f} s   ({r.num_microbatches} micro-batches)",
         f"tokens/s             {r.tokens_per_s:10.0f}",
@@ -37,6 +58,10 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
     for k, v in r.breakdown.as_dict().items():
         if abs(v) > 1e-9:
             lines.append(f"  {k:14s} {v:10.3f} s  {100 * v / r.step_time_s:5.1f} %")
+    if r.busiest_link:
+        busy = ", ".join(f"{k} {v:.3f} s" for k, v in r.link_busy_s.items())
+        lines.append(f"  network: busiest link class {r.busiest_link} (busy per step, one rank: "
+                     f"{busy})")
     lines += ["", "memory per stage (peak, one rank):",
               "  stage layers    weights      grads  optimizer activations  workspace      total"]
     for s in r.stages:
@@ -45,7 +70,6 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
             f"{_fmt_bytes(s.grads_bytes):>10s} {_fmt_bytes(s.optimizer_bytes):>10s} "
             f"{_fmt_bytes(s.activations_bytes):>11s} {_fmt_bytes(s.workspace_bytes):>10s} "
             f"{_fmt_bytes(s.peak_memory_bytes):>10s}")
-    verdict = "fits" if r.fits_in_memory else "DOES NOT FIT"
-    lines.append(f"  capacity {_fmt_bytes(r.memory_capacity_bytes)} per GPU: {verdict}")
+    lines += _memory_notes(r, plan)
     lines.append(f"\nsimulated in {r.sim_wall_s * 1e3:.0f} ms ({r.engine} engine)")
     return "\n".join(lines)

@@ -26,17 +26,18 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
+from .. import progress
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan, Recompute, validate
+from ..uncertainty.interval import Interval, log_interval_like
 from ..workload.spec import TransformerSpec
 from .executor import (
     BREAKDOWN_COLUMNS,
     Engine,
     EvalContext,
     ExecutorKind,
-    Progress,
     make_batches,
     make_executor,
 )
@@ -50,6 +51,12 @@ from .space import (
     make_plan,
     peak_memory_bytes,
 )
+from .risk import (
+    RISK_POOL,
+    indistinguishable_from_best,
+    pessimistic_tokens_per_s,
+    step_interval,
+)
 from .store import ResultStore, inputs_fingerprint, inputs_record
 
 _RECOMPUTE_COST = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
@@ -60,6 +67,19 @@ class Objective(str, Enum):
     TIME_TO_TRAIN = "time-to-train"               # tokens / throughput (same order)
     COST = "cost"                                 # USD per token
     THROUGHPUT_PER_WATT = "throughput-per-watt"   # tokens/s per watt of GPU TDP
+    # risk-averse: the pessimistic end of the 80 % interval (see ``search.risk``)
+    TIME_TO_TRAIN_P90 = "time-to-train-p90"       # P90 time-to-train
+    COST_P90 = "cost-p90"                         # P90 USD per token
+
+    @property
+    def risk_averse(self) -> bool:
+        return self in (Objective.TIME_TO_TRAIN_P90, Objective.COST_P90)
+
+    @property
+    def point(self) -> "Objective":
+        """The objective on point predictions that this one is the P90 of."""
+        return {Objective.TIME_TO_TRAIN_P90: Objective.TIME_TO_TRAIN,
+                Objective.COST_P90: Objective.COST}.get(self, self)
 
 
 class Bottleneck(str, Enum):
@@ -105,9 +125,10 @@ class SearchOptions:
     executor: ExecutorKind = ExecutorKind.LOCAL
     address: str | None = None
     results_dir: str | None = None
-    progress: bool = False
+    progress: bool = False      # unused: progress goes to ``simulator.progress`` listeners
     price_usd_per_gpu_hour: float | None = None
     tokens: float | None = None
+    intervals: bool = True                        # 80 % interval on every listed plan
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", Objective(self.objective))
@@ -142,6 +163,7 @@ class RankedPlan:
     score: float
     usd_per_gpu_hour: float
     tdp_w: float
+    step_time_interval: Interval | None = None    # 80 % interval (``search.risk``)
 
     @property
     def memory_headroom_pct(self) -> float:
@@ -166,6 +188,12 @@ class RankedPlan:
             d["usd_per_million_tokens"] = 1e6 * self.n_gpus * self.usd_per_gpu_hour / 3600 / self.tokens_per_s
         if tokens:
             d["time_to_train_s"] = tokens / self.tokens_per_s
+        iv = self.step_time_interval
+        if iv is not None:
+            d.update(iv.fields("step_time", "s"))
+            d.update(log_interval_like(iv, self.tokens_per_s).fields("tokens_per_s"))
+            if tokens:
+                d.update(log_interval_like(iv, tokens / self.tokens_per_s).fields("time_to_train", "s"))
         return d
 
 
@@ -197,7 +225,12 @@ class SearchReport:
                 "rejected": dict(sorted(self.rejected.items())), "generated": self.generated,
                 "simulated": dict(self.simulated), "resumed": self.resumed,
                 "search_wall_s": self.search_wall_s, "targets": list(self.targets),
-                "space_rules": list(self.space_rules)}
+                "space_rules": list(self.space_rules),
+                "indistinguishable_from_best": self.indistinguishable_from_best()}
+
+    def indistinguishable_from_best(self) -> list[int]:
+        """Ranks whose 80 % step-time interval overlaps the winner's by more than half."""
+        return indistinguishable_from_best([r.step_time_interval for r in self.ranked])
 
 
 # ---- targets -------------------------------------------------------------------------------
@@ -221,7 +254,9 @@ def prune(ctx: EvalContext, space: SearchSpace, rejected: Counter) -> tuple[list
     generated = 0
     groups: dict[Plan, list[Plan]] = {}
     cap = ctx.cluster.gpu.mem_bytes
-    for item in enumerate_space(ctx.model, ctx.cluster, ctx.global_batch, space):
+    label = f"search: enumerate plans on {ctx.cluster.n_gpus} GPUs, batch {ctx.global_batch}"
+    for item in progress.track(enumerate_space(ctx.model, ctx.cluster, ctx.global_batch, space),
+                               label):
         if isinstance(item, Rejection):
             rejected[item.key] += item.count
             generated += item.count
@@ -282,7 +317,7 @@ def price_for(ctx: EvalContext, options: SearchOptions) -> float:
 def score(rec: Mapping[str, Any], ctx: EvalContext, options: SearchOptions) -> float:
     """Higher is better."""
     tps = rec["tokens_per_s"]
-    obj = options.objective
+    obj = options.objective.point
     if obj == Objective.COST:
         price = price_for(ctx, options)
         if price <= 0:
@@ -343,16 +378,15 @@ class _Run:
             self.executor = make_executor(self.options.executor, self.contexts,
                                           self.options.workers, self.options.address)
         workers = getattr(self.executor, "workers", 1) or 1
-        bar = Progress(len(todo), label, self.options.progress and len(todo) > 200)
         try:
-            for recs in self.executor.run(make_batches(todo, engine, workers), len(todo)):
-                for r in recs:
-                    out[index[r["key"]]] = r
-                if self.store:
-                    self.store.add(recs)
-                bar.update(len(recs))
+            with progress.task(f"search: {label}", len(todo)) as bar:
+                for recs in self.executor.run(make_batches(todo, engine, workers), len(todo)):
+                    for r in recs:
+                        out[index[r["key"]]] = r
+                    if self.store:
+                        self.store.add(recs)
+                    bar.update(len(recs))
         finally:
-            bar.close()
             if self.store:
                 self.store.flush()
 
@@ -382,7 +416,7 @@ def search(contexts: Sequence[EvalContext], options: SearchOptions | None = None
             store.register_inputs(ctx.fingerprint, {**inputs_record(ctx.model, ctx.cluster, ctx.profile),
                                                     "global_batch": ctx.global_batch})
     run = _Run(contexts, options, store)
-    analytic = run.evaluate(items, Engine.ANALYTIC, "analytic")
+    analytic = run.evaluate(items, Engine.ANALYTIC, "rank (analytic engine)")
     scored = _score_ok(analytic, contexts, options, rejected)
     confirmed = _confirm(run, scored, contexts, options, rejected)
     ranked = _final_ranking(confirmed, scored, contexts, options)
@@ -418,7 +452,8 @@ def _confirm(run: _Run, scored, contexts, options, rejected: Counter):
     i = 0
     while i < min(len(order), cap):
         batch = order[i:min(i + options.event_top, cap)]
-        evaluated = run.evaluate([(j, p) for _, j, p, _ in batch], Engine.EVENT, "event")
+        evaluated = run.evaluate([(j, p) for _, j, p, _ in batch], Engine.EVENT,
+                                 "confirm best (event engine)")
         confirmed += _score_ok(evaluated, contexts, options, rejected)
         i += len(batch)
         if not confirmed or i >= len(order):
@@ -430,8 +465,26 @@ def _confirm(run: _Run, scored, contexts, options, rejected: Counter):
 
 
 def _final_ranking(confirmed, scored, contexts, options) -> list[RankedPlan]:
+    """Confirmed plans first, then the best analytic ones; with intervals on each. A
+    risk-averse objective re-ranks the best ``RISK_POOL`` by their P90."""
     seen = {(i, p) for _, i, p, _ in confirmed}
     rest = [t for t in scored if (t[1], t[2]) not in seen]
-    ordered = _top(confirmed, len(confirmed)) + _top(rest, options.top_k)
-    return [_ranked(rec, contexts[i], plan, options, n + 1)
-            for n, (_, i, plan, rec) in enumerate(ordered[:options.top_k])]
+    risk = options.objective.risk_averse
+    n = max(options.top_k, RISK_POOL) if risk else options.top_k
+    ordered = (_top(confirmed, len(confirmed)) + _top(rest, n))[:n]
+    ranked = [_ranked(rec, contexts[i], plan, options, k + 1)
+              for k, (_, i, plan, rec) in enumerate(ordered)]
+    if options.intervals or risk:
+        ranked = [replace(r, step_time_interval=step_interval(contexts[i], r.plan, r.step_time_s))
+                  for r, (_, i, _, _) in zip(ranked, ordered)]
+    if risk:
+        ranked = [replace(r, score=_risk_score(r, contexts[i], options))
+                  for r, (_, i, _, _) in zip(ranked, ordered)]
+        ranked = [r for _, r in sorted(enumerate(ranked), key=lambda t: (-t[1].score, t[0]))]
+    return [replace(r, rank=k + 1) for k, r in enumerate(ranked[:options.top_k])]
+
+
+def _risk_score(r: RankedPlan, ctx: EvalContext, options: SearchOptions) -> float:
+    """The point objective's score at the pessimistic end of the interval."""
+    tps = pessimistic_tokens_per_s(r.tokens_per_s, r.step_time_interval)
+    return score({"tokens_per_s": tps}, ctx, options)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import signal
 import sys
-import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -109,6 +109,26 @@ def _init_worker(contexts: Sequence[EvalContext]) -> None:
     _WORKER_CONTEXTS = contexts
 
 
+def _init_pool_worker(contexts: Sequence[EvalContext]) -> None:
+    """A pool worker leaves Ctrl-C to its parent (which stops the pool: no traceback per
+    worker) and, on Linux, is sent SIGTERM if the parent dies without stopping it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    _init_worker(contexts)
+
+
+def _die_with_parent() -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGTERM)``: the kernel ends this process when its parent
+    exits, even by SIGKILL (Linux only; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_batch(batch: Batch) -> list[dict[str, Any]]:
     i, plans, engine = batch
     return [evaluate(_WORKER_CONTEXTS[i], p, engine) for p in plans]
@@ -145,9 +165,29 @@ class LocalExecutor:
                 yield _run_batch(b)
             return
         method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method),
-                                 initializer=_init_worker, initargs=(self.contexts,)) as pool:
+        pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method),
+                                   initializer=_init_pool_worker, initargs=(self.contexts,))
+        try:
             yield from _drain(pool, batches, self.workers * 2)
+        except BaseException:            # Ctrl-C, SIGTERM, an error, or the caller stopped early
+            stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """End a pool now: drop queued work and terminate its workers (running batches are
+    abandoned; their results were not needed), then reap them so none is left behind."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
 
 
 def _drain(pool: ProcessPoolExecutor, batches: list[Batch], window: int):
@@ -186,10 +226,15 @@ class RayExecutor:
 
     def run(self, batches: list[Batch], n_items: int) -> Iterator[list[dict[str, Any]]]:
         pending = [self._task.remote(self.ctx_ref, b) for b in batches]
-        while pending:
-            done, pending = self.ray.wait(pending, num_returns=1)
-            for ref in done:
-                yield self.ray.get(ref)
+        try:
+            while pending:
+                done, pending = self.ray.wait(pending, num_returns=1)
+                for ref in done:
+                    yield self.ray.get(ref)
+        except BaseException:            # stopped: cancel what has not run yet
+            for ref in pending:
+                self.ray.cancel(ref, force=True)
+            raise
 
 
 def _ray_batch(contexts: Sequence[EvalContext], batch: Batch) -> list[dict[str, Any]]:
@@ -202,30 +247,3 @@ def make_executor(kind: ExecutorKind, contexts: Sequence[EvalContext], workers: 
     if ExecutorKind(kind) == ExecutorKind.RAY:
         return RayExecutor(contexts, address, workers)
     return LocalExecutor(contexts, workers)
-
-
-# ---- progress -------------------------------------------------------------------------------
-class Progress:
-    """A one-line progress bar on stderr, redrawn at most every 0.25 s."""
-
-    def __init__(self, total: int, label: str, enabled: bool, stream=None) -> None:
-        self.total, self.label, self.enabled = max(1, total), label, enabled
-        self.stream = stream or sys.stderr
-        self.done = 0
-        self.t0 = self._last = time.perf_counter()
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.perf_counter()
-        if self.enabled and (now - self._last > 0.25 or self.done >= self.total):
-            self._last = now
-            frac = min(1.0, self.done / self.total)
-            bar = "#" * int(30 * frac)
-            self.stream.write(f"\r{self.label} [{bar:<30s}] {self.done}/{self.total} "
-                              f"{now - self.t0:6.1f} s")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()

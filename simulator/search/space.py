@@ -25,18 +25,14 @@ from enum import Enum
 from functools import lru_cache
 from typing import Iterator
 
+from ..engine.memory_fit import estimate_stage_memory as _estimate
 from ..engine.stage_work import layer_shape, partition_layers
 from ..errors import InvalidInputError
 from ..hardware.specs import ClusterSpec, Dtype
-from ..memory.accounting import (
-    StageMemory,
-    layer_activation_bytes,
-    state_bytes,
-    workspace_bytes,
-)
+from ..memory.accounting import StageMemory, live_chunk_counts, stage_memory
+from ..memory.chunk import chunk_memory
 from ..parallel.plan import AttentionImpl, Plan, Recompute, Schedule, validate
-from ..parallel.schedule import in_flight_microbatches
-from ..workload.ops import LayerShape, embedding_ops, head_ops, layer_ops
+from ..workload.ops import LayerShape
 from ..workload.spec import TransformerSpec
 
 _POW2 = tuple(2 ** i for i in range(11))          # 1 .. 1024
@@ -222,118 +218,46 @@ def enumerate_space(model: TransformerSpec, cluster: ClusterSpec, global_batch: 
 
 
 # ---- fast memory estimate -------------------------------------------------------------------
-@lru_cache(maxsize=100_000)
-def _in_flight(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> float:
-    return in_flight_microbatches(schedule, stage, pp, m, vpp)
-
-
-@lru_cache(maxsize=4096)
-def _layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
-                  moe_layer: bool) -> tuple[float, float]:
-    """(activation bytes kept per micro-batch, largest saved tensor) of one layer."""
-    layer = model.moe.dense_layers if moe_layer else 0
-    fwd = layer_ops(model, sh, layer)
-    tokens = sh.micro_batch * model.seq_len // sh.cp
-    if sh.sequence_parallel:
-        tokens //= sh.tp
-    act = layer_activation_bytes(fwd, recompute, tokens * model.hidden * sh.act_bytes)
-    return act, max((o.saved_bytes for o in fwd), default=0.0)
-
-
-@lru_cache(maxsize=4096)
-def _edge_memory(model: TransformerSpec, sh: LayerShape, first: bool, last: bool) -> tuple[float, float]:
-    """(saved bytes, largest saved tensor) of the embedding / output head on a chunk."""
-    ops = (embedding_ops(model, sh) if first else []) + (head_ops(model, sh) if last else [])
-    if not ops:
-        return 0.0, 0.0
-    return sum(o.saved_bytes for o in ops), max(o.saved_bytes for o in ops)
-
-
-def _layer_params(model: TransformerSpec, plan: Plan, moe_layer: bool) -> tuple[float, float]:
-    """(params on one rank, of which replicated over the whole DP group) for one layer."""
-    layer = model.moe.dense_layers if moe_layer else 0
-    if not moe_layer:
-        p = model.layer_params(layer) / plan.tp
-        return p, p
-    routed = model.moe.experts * model.dense_mlp_params(model.moe.expert_ffn_hidden)
-    dense = (model.layer_params(layer) - routed) / plan.tp
-    return dense + routed / (plan.ep * plan.tp), dense
-
-
-@dataclass
-class _ChunkMem:
-    params: float = 0.0
-    dense: float = 0.0
-    act: float = 0.0
-    largest: float = 0.0
-    layers: int = 0
-
-
-def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: list[int],
-                  first: bool, last: bool) -> _ChunkMem:
-    c = _ChunkMem(layers=len(layers))
-    emb = model.vocab * model.hidden / plan.tp
-    if first:
-        c.params += emb
-    if last and not (model.tied_embeddings and first):
-        c.params += emb
-    c.dense = c.params
-    n_moe = sum(1 for i in layers if model.is_moe_layer(i))
-    for is_moe, n in ((False, len(layers) - n_moe), (True, n_moe)):
-        if n == 0:
-            continue
-        p, d = _layer_params(model, plan, is_moe)
-        act, big = _layer_memory(model, sh, plan.recompute, is_moe)
-        c.params += n * p
-        c.dense += n * d
-        c.act += n * act
-        c.largest = max(c.largest, big)
-    saved, big = _edge_memory(model, sh, first, last)
-    c.act += saved
-    c.largest = max(c.largest, big)
-    return c
-
-
-def _stage_chunks(model: TransformerSpec, plan: Plan, sh: LayerShape, parts: list[list[int]],
-                  s: int) -> list[_ChunkMem]:
+def _stage_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, parts: list[list[int]],
+                  s: int) -> StageMemory:
     C = plan.pp * plan.vpp
-    return [_chunk_memory(model, plan, sh, parts[c * plan.pp + s], c * plan.pp + s == 0,
-                          c * plan.pp + s == C - 1) for c in range(plan.vpp)]
-
-
-def _stage_memory(plan: Plan, s: int, chunks: list[_ChunkMem], in_flight: float) -> StageMemory:
-    """Mirror of ``simulator.engine.simulate.stage_memory`` (a test keeps them equal)."""
-    shard = plan.dp * plan.cp
-    dense = sum(c.dense for c in chunks)
-    expert = sum(c.params - c.dense for c in chunks)
-    w1, g1, o1 = state_bytes(dense, plan, shard)
-    w2, g2, o2 = state_bytes(expert, plan, max(1, shard // plan.ep))
-    acts = in_flight * sum(c.act for c in chunks)
-    ws = workspace_bytes(plan, max(c.largest for c in chunks))
-    return StageMemory(s, w1 + w2, g1 + g2, o1 + o2, acts, ws)
+    chunks = [chunk_memory(model, plan, sh, parts[g], g == 0, g == C - 1)
+              for g in range(s, C, plan.pp)]
+    return stage_memory(s, chunks, plan)
 
 
 def estimate_stage_memory(model: TransformerSpec, plan: Plan) -> list[StageMemory]:
-    """Peak memory of one rank per pipeline stage, without pricing any op."""
-    parts = partition_layers(model.n_layers, plan.pp * plan.vpp)
-    sh = layer_shape(model, plan)
-    return [_stage_memory(plan, s, _stage_chunks(model, plan, sh, parts, s),
-                          _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp))
-            for s in range(plan.pp)]
+    """Peak memory of one rank per pipeline stage, without pricing any op (the simulator's
+    own accounting: ``simulator.engine.memory_fit.estimate_stage_memory``)."""
+    return _estimate(model, plan)
+
+
+@lru_cache(maxsize=100_000)
+def _live(schedule: Schedule, stage: int, pp: int, m: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    return live_chunk_counts(schedule, stage, pp, m, vpp)
 
 
 def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
     """``max(estimate_stage_memory(...))`` computed once per distinct stage content: stages
-    holding the same layer counts differ only in how many micro-batches are in flight."""
+    holding the same layer counts differ only in how many micro-batches are in flight, and
+    the one holding the most (for every chunk) has the highest peak."""
     C = plan.pp * plan.vpp
     parts = partition_layers(model.n_layers, C)
-    groups: dict[tuple, tuple[int, float]] = {}
+    groups: dict[tuple, list[tuple[int, tuple]]] = {}
     for s in range(plan.pp):
-        sig = tuple((len(parts[g]), sum(map(model.is_moe_layer, parts[g])), g == 0, g == C - 1)
+        sig = tuple((len(parts[g]), sum(map(model.is_moe_layer, parts[g])),
+                     sum(map(model.is_local_layer, parts[g])), g == 0, g == C - 1)
                     for g in range(s, C, plan.pp))
-        m = _in_flight(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
-        if sig not in groups or m > groups[sig][1]:
-            groups[sig] = (s, m)
+        live = _live(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
+        kept = groups.setdefault(sig, [])
+        if not any(_covers(k, live) for _, k in kept):
+            kept[:] = [(t, k) for t, k in kept if not _covers(live, k)] + [(s, live)]
     sh = layer_shape(model, plan)
-    return max(_stage_memory(plan, s, _stage_chunks(model, plan, sh, parts, s), m).total_bytes
-               for s, m in groups.values())
+    return max(_stage_memory(model, plan, sh, parts, s).total_bytes
+               for kept in groups.values() for s, _ in kept)
+
+
+def _covers(a: tuple[tuple[int, ...], ...], b: tuple[tuple[int, ...], ...]) -> bool:
+    """Every live-count vector of ``b`` is matched or exceeded by one of ``a``, so ``a``'s
+    activation peak is at least ``b``'s for any non-negative per-chunk activations."""
+    return all(any(all(p >= q for p, q in zip(u, v)) for u in a) for v in b)

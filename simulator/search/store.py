@@ -30,10 +30,11 @@ def _sha(text: str) -> str:
 
 
 def cluster_inputs(cluster: ClusterSpec) -> dict[str, Any]:
-    """The cluster's defining facts (the topology graph is derived from them)."""
-    return {"gpu": asdict(cluster.gpu), "node": asdict(cluster.node), "n_gpus": cluster.n_gpus,
-            "rail_optimized": cluster.rail_optimized,
-            "oversubscription": cluster.oversubscription}
+    """The cluster's defining facts, fabric included (an optional topology graph is derived
+    from them)."""
+    skip = ("gpu", "node", "graph")
+    return {"gpu": asdict(cluster.gpu), "node": asdict(cluster.node),
+            **{f.name: getattr(cluster, f.name) for f in fields(cluster) if f.name not in skip}}
 
 
 def inputs_record(model: TransformerSpec, cluster: ClusterSpec, profile: Profile) -> dict[str, Any]:
@@ -49,10 +50,16 @@ _PLAN_FIELDS = tuple(f.name for f in fields(Plan))
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
-    """Plan fields with enums as their values (flat: a Plan holds only scalars)."""
+    """Plan fields with enums as their values, flat: the memory conventions become
+    ``memory_<field>`` columns."""
     out = {}
     for name in _PLAN_FIELDS:
         v = getattr(plan, name)
+        if name == "memory":
+            for f in fields(v):
+                x = getattr(v, f.name)
+                out[f"memory_{f.name}"] = getattr(x, "value", x)
+            continue
         out[name] = getattr(v, "value", v)
     return out
 

@@ -4,7 +4,10 @@ Each row becomes (model, cluster, plan). Cells the source leaves empty are chose
 reported in the ``chosen`` column:
 
 * framework behaviour that the framework's own documentation fixes (attention kernel,
-  gradient-reduction overlap, TP-communication overlap) comes from ``FRAMEWORKS``;
+  gradient-reduction overlap, TP-communication overlap) and what it keeps in memory (ZeRO
+  stage / distributed optimizer when the row is silent, gradient dtype, FP8 weights, loss)
+  comes from ``frameworks.json`` (``simulator.parallel.framework_plan.with_framework``),
+  before anything is searched;
 * an empty ``vpp`` means the frameworks' default, the non-interleaved schedule;
 * tunables with no framework default (micro-batch, and recompute / sequence parallelism
   where the framework does not fix them) are set to the best *feasible* value by our own
@@ -22,19 +25,27 @@ from typing import Callable, Iterable, Mapping
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..errors import ComplexityError, InfeasiblePlanError, InvalidInputError
-from ..frameworks import HOST
-from ..frameworks.defaults import (
-    DEFAULT_FRAMEWORK,
-    FRAMEWORKS,
-    FrameworkDefaults,
-)
+from ..frameworks.defaults import FrameworkDefaults, framework_defaults
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
+from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
+from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
 
 OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
-               "chosen", "status"]
+               "chosen", "status", "predicted_step_time_p10_s", "predicted_step_time_p90_s"]
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """What the chosen prediction was simulated from (for intervals and reports)."""
+
+    model: TransformerSpec
+    plan: Plan
+    cluster: ClusterSpec
+    profile: Profile
+    framework: str
 
 
 @dataclass
@@ -44,6 +55,10 @@ class RowOutcome:
     chosen: str
     status: str
     error_pct: float | None
+    inputs: RowInputs | None = None
+    # spread of the step time (``simulator.validation.intervals``), when computed
+    uncertainty: Uncertainty | None = None
+    saved: dict[str, str] | None = None     # output columns of a row resumed from a file
 
 
 # ---- row parsing ---------------------------------------------------------------------------
@@ -112,32 +127,21 @@ def missing_heads(row: Mapping[str, str]) -> bool:
 
 
 # ---- plan ----------------------------------------------------------------------------------
-def host_settings(fw_name: str, bf16_row: bool) -> tuple[str, tuple[str, ...]]:
-    """The framework's launch mode and host mechanisms (``frameworks.json`` "host");
-    DeepSpeed's bf16 gradient loop runs only in bf16 runs."""
-    h = HOST.framework(fw_name)
-    mech = tuple(m for m in h.mechanisms if bf16_row or m != "deepspeed_bf16_grad_loop")
-    return h.mode, mech
-
-
-def base_plan(row: Mapping[str, str], fw: FrameworkDefaults, fw_name: str = "") -> Plan:
+def base_plan(row: Mapping[str, str], fw_name: str) -> Plan:
+    """The row's plan; what it leaves empty comes from framework ``fw_name``'s defaults
+    (sequence parallelism and the tunables are chosen later by ``candidate_plans``)."""
     tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
-    bf16_row = (row.get("precision") or "").strip() == "bf16"   # fw's bf16-only behaviour
     vpp = _int(row, "vpp", 1)
-    mode, mechanisms = host_settings(fw_name, bf16_row)
-    return Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
+    plan = Plan(tp=tp, pp=pp, dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), ep=_int(row, "ep", 1),
                 vpp=vpp, micro_batch=_int(row, "micro_batch", 1),
                 global_batch=_int(row, "global_batch"),
                 sequence_parallel=bool(_bool(row, "sequence_parallel")) and tp > 1,
                 recompute=(row.get("recompute") or "none").strip(),
                 zero_stage=_int(row, "zero_stage", 0),
                 precision=(row.get("precision") or "bf16").strip(),
-                schedule="interleaved" if vpp > 1 else "1f1b",
-                attention=fw.attention, dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap,
-                pp_scatter_gather=fw.pp_scatter_gather, pp_blocking_p2p=fw.pp_blocking_p2p,
-                grad_accum_bytes_per_param=fw.grad_accum_bytes_per_param if bf16_row else 0.0,
-                zero1_allreduce=fw.zero1_allreduce and bf16_row,
-                host_mode=mode, host_mechanisms=mechanisms)
+                schedule="interleaved" if vpp > 1 else "1f1b")
+    keep = {"sequence_parallel"} | ({"zero_stage"} if _int(row, "zero_stage") is not None else set())
+    return with_framework(plan, fw_name, keep, strict=False)
 
 
 def candidate_plans(row: Mapping[str, str], base: Plan,
@@ -166,6 +170,8 @@ def candidate_plans(row: Mapping[str, str], base: Plan,
 
 def _chosen_note(row: Mapping[str, str], p: Plan) -> str:
     notes = []
+    if _int(row, "zero_stage") is None:
+        notes.append(f"zero_stage={p.zero_stage} (framework default)")
     if not _int(row, "micro_batch"):
         notes.append(f"micro_batch={p.micro_batch}")
     if not _int(row, "vpp") and p.pp > 1:
@@ -196,7 +202,7 @@ def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
 
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
     fw_name = (row.get("framework") or "").strip().lower()
-    fw = FRAMEWORKS.get(fw_name, DEFAULT_FRAMEWORK)
+    fw = framework_defaults(fw_name)
     chosen_extra = []
     if missing_heads(row):
         heads = _guess_heads(row)
@@ -205,15 +211,15 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     model = row_model(row)
     cluster = make_cluster(row)
     prof = get_profile(cluster.gpu.key)
-    base = base_plan(row, fw, fw_name)
-    best: tuple[float, Result, str] | None = None
-    fallback: tuple[float, Result, str] | None = None
+    base = base_plan(row, fw_name)
+    best: tuple[float, Result, str, Plan] | None = None
+    fallback: tuple[float, Result, str, Plan] | None = None
     for plan, note in candidate_plans(row, base, fw):
         try:
             r = simulate(model, plan, cluster, prof)
         except InvalidInputError:
             continue
-        key = (r.step_time_s, r, note)
+        key = (r.step_time_s, r, note, plan)
         if r.fits_in_memory and (best is None or r.step_time_s < best[0]):
             best = key
         if fallback is None or max(r.peak_memory_bytes) < max(fallback[1].peak_memory_bytes):
@@ -226,12 +232,12 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
             f"least-memory plan: estimate {max(best[1].peak_memory_bytes) / 1e9:.1f} GB exceeds "
             f"{best[1].memory_capacity_bytes / 1e9:.0f} GB although the published run fit, "
             "so the memory model is pessimistic for this row")
-    step, res, note = best
+    step, res, note, plan = best
     status = "ok"
     measured = _float(row.get("measured_step_time_s"))
     err = 100.0 * (step - measured) / measured if measured else None
     chosen = ";".join(x for x in chosen_extra + [note, f"framework defaults: {fw.why}"] if x)
-    return RowOutcome(row, res, chosen, status, err)
+    return RowOutcome(row, res, chosen, status, err, RowInputs(model, plan, cluster, prof, fw_name))
 
 
 def _guess_heads(row: Mapping[str, str]) -> int:
@@ -269,11 +275,22 @@ def write_rows(path: str | Path, outcomes: list[RowOutcome]) -> None:
 
 
 def outcome_columns(o: RowOutcome) -> dict[str, str]:
+    if o.result is None and o.saved is not None:
+        return {c: o.saved.get(c, "") for c in OUT_COLUMNS}
     r = o.result
     return {"predicted_step_time_s": f"{r.step_time_s:.4g}" if r else "",
             "predicted_tokens_per_s_per_gpu": f"{r.tokens_per_s_per_gpu:.5g}" if r else "",
             "error_pct": f"{o.error_pct:+.2f}" if o.error_pct is not None else "",
-            "chosen": o.chosen, "status": o.status}
+            "chosen": o.chosen, "status": o.status,
+            **_interval_columns(o)}
+
+
+def _interval_columns(o: RowOutcome) -> dict[str, str]:
+    if o.result is None or o.uncertainty is None:
+        return {"predicted_step_time_p10_s": "", "predicted_step_time_p90_s": ""}
+    iv = o.uncertainty.interval(o.result.step_time_s)
+    return {"predicted_step_time_p10_s": f"{iv.p10:.4g}",
+            "predicted_step_time_p90_s": f"{iv.p90:.4g}"}
 
 
 def summary_line(outcomes: list[RowOutcome]) -> str:

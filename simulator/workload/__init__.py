@@ -6,10 +6,11 @@ from pathlib import Path
 from ..errors import InvalidInputError
 from .hf import SUPPORTED_MODEL_TYPES, from_hf_config
 from .presets import PRESETS, get_preset, list_presets
-from .spec import MLP, MoESpec, TransformerSpec
+from .spec import MLP, MLASpec, MoESpec, Norm, Position, TransformerSpec
 
-__all__ = ["MLP", "MoESpec", "TransformerSpec", "PRESETS", "SUPPORTED_MODEL_TYPES",
-           "get_preset", "list_presets", "from_hf_config", "resolve_model"]
+__all__ = ["MLP", "MLASpec", "MoESpec", "Norm", "Position", "TransformerSpec", "PRESETS",
+           "SUPPORTED_MODEL_TYPES", "get_preset", "list_presets", "from_hf_config",
+           "resolve_model"]
 
 
 def resolve_model(name_or_path: str, seq_len: int | None = None) -> TransformerSpec:

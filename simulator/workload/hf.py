@@ -6,12 +6,14 @@ Only the numbers that size the model are read; nothing from ``transformers`` is 
   length the model was pre-trained at), else ``max_position_embeddings`` / ``n_positions``,
   **capped at 8192** (``DEFAULT_SEQ_LEN_CAP``) because released checkpoints often advertise
   128k+ contexts that no pre-training step uses. Pass ``seq_len`` to override.
-* Gated families (llama, mistral, mixtral, qwen*, deepseek, gpt_oss) map to ``MLP.SWIGLU``
-  (three GEMMs) whatever their ``hidden_act``; plain ones (gpt2, gpt_neox, falcon,
-  nemotron) map ``gelu*``/``relu`` to ``MLP.GELU`` (two GEMMs) and ``relu2`` to ``MLP.RELU2``.
-* DeepSeek MLA has no field in the spec. It is approximated as ``n_heads`` query heads of
-  ``v_head_dim`` with as many KV heads as MLA's latent KV path has parameters for (see
-  :func:`mla_kv_heads`); the built-in ``deepseek-v3`` preset uses the same rule.
+* Gated families (llama, mistral, mixtral, qwen*, deepseek, gpt_oss, gemma2/3) map to
+  ``MLP.SWIGLU`` (three GEMMs; Gemma's GeGLU has the same shapes) whatever their
+  ``hidden_act``; plain ones (gpt2, gpt_neox, falcon, nemotron) map ``gelu*``/``relu`` to
+  ``MLP.GELU`` (two GEMMs) and ``relu2`` to ``MLP.RELU2``.
+* DeepSeek-V2/V3 attention is MLA with its real projection shapes (``MLASpec``); Gemma 2/3
+  local/global layers, MoE every k layers and the family facts (norm, RoPE, biases,
+  soft caps) are read by ``hf_families``. Gemma 3's multimodal config is read from its
+  ``text_config`` (the vision tower is not modelled).
 """
 from __future__ import annotations
 
@@ -20,17 +22,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InvalidInputError, UnsupportedError
+from . import hf_families as fam
 from .spec import MLP, MoESpec, TransformerSpec
 
 DEFAULT_SEQ_LEN_CAP = 8192
 
 _GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-          "deepseek_v2", "deepseek_v3", "gpt_oss")
+          "deepseek_v2", "deepseek_v3", "gpt_oss") + fam.GEMMA
 _PLAIN = ("gpt2", "gpt_neox", "falcon", "nemotron")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_GATED + _PLAIN))
 _ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
 # Model types whose HF config class keeps PretrainedConfig's tie_word_embeddings=True.
-_TIED_BY_DEFAULT = ("gpt2", "falcon")
+_TIED_BY_DEFAULT = ("gpt2", "falcon") + fam.GEMMA
 
 _KEYS = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
@@ -135,51 +138,17 @@ def _mlp_kind(cfg: Mapping[str, Any], mt: str) -> MLP:
                             f"for model_type {mt!r}")
 
 
-def mla_kv_heads(cfg: Mapping[str, Any], hidden: int, heads: int, head_dim: int) -> int:
-    """KV heads for the MHA stand-in of DeepSeek MLA.
-
-    The largest divisor of ``heads`` whose K+V projections (``2*hidden*head_dim`` each)
-    hold no more parameters than MLA's latent KV path (down- plus up-projection).
-    DeepSeek-V3: 20.9M latent-path params / 1.84M per KV head -> 8.
-    """
-    lora = int(cfg.get("kv_lora_rank") or 0)
-    rope = int(cfg.get("qk_rope_head_dim") or 0)
-    nope = int(cfg.get("qk_nope_head_dim") or head_dim)
-    latent = hidden * (lora + rope) + lora * heads * (nope + head_dim)
-    fits = [d for d in range(1, heads + 1) if heads % d == 0
-            and 2 * hidden * head_dim * d <= latent]
-    return max(fits, default=1)
-
-
-def _attention(cfg: Mapping[str, Any], mt: str, hidden: int, heads: int) -> tuple[int, int, str]:
-    """(n_kv_heads, head_dim, note); head_dim 0 means hidden // heads."""
-    if mt in ("deepseek_v2", "deepseek_v3"):
-        hd = int(cfg.get("v_head_dim") or 128)
-        kv = mla_kv_heads(cfg, hidden, heads, hd)
-        return kv, hd, (f"MLA approximated as {heads} heads x head_dim {hd} with {kv} KV heads "
-                        "(spec has no MLA)")
+def _attention(cfg: Mapping[str, Any], mt: str, heads: int) -> tuple[int, int, str]:
+    """(n_kv_heads, head_dim, note); head_dim 0 means hidden // heads. MLA: every head has
+    its own K/V (expanded from the latent), head_dim is the value head width."""
+    if mt in fam.DEEPSEEK:
+        return heads, int(cfg.get("v_head_dim") or 128), ""
     hd = int(cfg.get("head_dim") or 0)
     if mt == "falcon":
         if cfg.get("new_decoder_architecture"):
             return int(cfg.get("num_kv_heads") or heads), hd, ""
         return (1 if cfg.get("multi_query", True) else heads), hd, ""
     return int(_opt(cfg, ("num_key_value_heads",)) or heads), hd, ""
-
-
-def _dense_layer_prefix(cfg: Mapping[str, Any], n_layers: int) -> int:
-    """Leading dense layers; anything but 'first k dense, rest MoE' is unsupported."""
-    step = int(_opt(cfg, ("decoder_sparse_step", "moe_layer_freq")) or 1)
-    if step != 1:
-        raise UnsupportedError(f"MoE every {step} layers (decoder_sparse_step/moe_layer_freq): "
-                               "the spec models only 'first k layers dense, rest MoE'")
-    dense = int(cfg.get("first_k_dense_replace") or 0)
-    only = sorted(set(cfg.get("mlp_only_layers") or []))
-    if only:
-        if only != list(range(len(only))):
-            raise UnsupportedError(f"mlp_only_layers={only}: the spec models only a prefix "
-                                   "of dense layers")
-        dense = max(dense, len(only))
-    return min(dense, n_layers)
 
 
 def _shared_experts(cfg: Mapping[str, Any], expert_ffn: int) -> int:
@@ -192,7 +161,7 @@ def _shared_experts(cfg: Mapping[str, Any], expert_ffn: int) -> int:
     return width // expert_ffn
 
 
-def _moe(cfg: Mapping[str, Any], ffn: int, n_layers: int) -> MoESpec | None:
+def _moe(cfg: Mapping[str, Any], mt: str, ffn: int, n_layers: int) -> MoESpec | None:
     experts = _opt(cfg, _KEYS["experts"])
     if not experts:
         return None
@@ -200,7 +169,7 @@ def _moe(cfg: Mapping[str, Any], ffn: int, n_layers: int) -> MoESpec | None:
     return MoESpec(experts=int(experts), top_k=_int(cfg, "top_k"),
                    expert_ffn_hidden=expert_ffn,
                    shared_experts=_shared_experts(cfg, expert_ffn),
-                   dense_layers=_dense_layer_prefix(cfg, n_layers))
+                   **fam.moe_layout(cfg, mt, n_layers), **fam.router_fields(cfg, mt))
 
 
 def _default_name(cfg: Mapping[str, Any], origin: str, mt: str) -> str:
@@ -215,23 +184,30 @@ def _default_name(cfg: Mapping[str, Any], origin: str, mt: str) -> str:
 def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], seq_len: int | None = None,
                    name: str | None = None) -> TransformerSpec:
     """A spec from a HuggingFace ``config.json`` (path, directory holding it, or dict)."""
-    cfg, origin = _load(path_or_dict)
-    mt = _model_type(cfg)
+    raw, origin = _load(path_or_dict)
+    mt = _model_type(raw)
+    cfg = fam.text_config(raw)
     n_layers, hidden, heads = _int(cfg, "layers"), _int(cfg, "hidden"), _int(cfg, "heads")
     if _opt(cfg, _KEYS["ffn"]) is None and mt in ("gpt2", "falcon"):
         ffn = 4 * hidden  # GPT2Config n_inner=None and FalconConfig ffn_hidden_size default
     else:
         ffn = _int(cfg, "ffn")
-    kv_heads, head_dim, attn_note = _attention(cfg, mt, hidden, heads)
+    kv_heads, head_dim, attn_note = _attention(cfg, mt, heads)
     if seq_len is None:
         seq_len, seq_note = _default_seq_len(cfg, mt)
     else:
         seq_note = f"seq_len {seq_len} given"
-    tied = cfg.get("tie_word_embeddings", mt in _TIED_BY_DEFAULT)
+    tied = raw.get("tie_word_embeddings", cfg.get("tie_word_embeddings", mt in _TIED_BY_DEFAULT))
+    window, global_every = fam.local_attention(cfg, mt, n_layers)
+    extra = fam.family_fields(cfg, mt, head_dim or hidden // heads, hidden)
+    if "text_config" in raw and raw.get("vision_config"):
+        attn_note = "language model only (vision tower not modelled)"
     notes = "; ".join(n for n in (seq_note, attn_note) if n)
     return TransformerSpec(
-        name=name or _default_name(cfg, origin, mt), n_layers=n_layers, hidden=hidden,
+        name=name or _default_name(raw, origin, mt), n_layers=n_layers, hidden=hidden,
         ffn_hidden=ffn, n_heads=heads, n_kv_heads=kv_heads, vocab=_int(cfg, "vocab"),
         seq_len=seq_len, mlp=_mlp_kind(cfg, mt), tied_embeddings=bool(tied),
-        head_dim=head_dim, moe=_moe(cfg, ffn, n_layers),
+        head_dim=head_dim, moe=_moe(cfg, mt, ffn, n_layers),
+        mla=fam.mla_spec(cfg) if mt in fam.DEEPSEEK else None,
+        window=window, global_every=global_every, **extra,
         source=f"HuggingFace config.json ({origin}), model_type {mt}; {notes}")

@@ -6,16 +6,20 @@ knows its executed FLOPs, bytes moved, GEMM shape, the activation bytes autograd
 for backward, and the collective it needs. ``backward_ops`` derives the backward pass.
 
 FLOP conventions: ``flops`` is what the kernel executes (causal flash attention skips the
-masked half); ``model_flops`` is what MFU counts (PaLM/Megatron convention: full,
-non-causal attention, no recompute).
+masked half; it prices the kernel); ``model_flops`` is what MFU counts (PaLM/Megatron
+convention: full, non-causal attention, no recompute); ``recompute_flops`` is set only on
+a forward op re-run in backward (activation recompute): its FLOPs in the same convention
+as ``model_flops``, which hardware FLOPs (HFU) add to the model FLOPs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..frameworks import CONVENTIONS
+from ..frameworks import CONVENTIONS, LOSS_BYTES
+from ..frameworks.moe import ROUTING
 from ..network.collectives import Collective
+from .moe_load import expected_max_load_ratio
 from .spec import MLP, TransformerSpec
 
 
@@ -28,12 +32,19 @@ class OpKind(str, Enum):
 
 @dataclass(frozen=True)
 class Op:
-    """One kernel (or collective) on one rank. Sizes are per rank, bytes are SI bytes."""
+    """One kernel (or collective) on one rank. Sizes are per rank, bytes are SI bytes.
+
+    For GEMMs ``m, n, k`` is the shape and ``batch`` the number of groups; for fused
+    attention ``m, n, k`` are the query length, key length and head dimension of one call
+    and ``batch`` is micro-batch x heads. ``bwd_bytes`` (memory ops and collectives) is the
+    backward size where it is not the default.
+    """
 
     name: str
     kind: OpKind
     flops: float = 0.0
     model_flops: float = 0.0
+    recompute_flops: float = 0.0             # model-convention FLOPs of a recomputed forward op
     bytes_moved: float = 0.0
     m: int = 0
     n: int = 0
@@ -50,6 +61,8 @@ class Op:
     bwd_bytes: float = -1.0                  # backward bytes if not the default 2x forward
     kernel: str = ""                         # attention kernel family ("flash", "flash3")
     mem_kind: str = ""                       # bandwidth-bound family: norm, softmax, elementwise, copy
+    causal: bool = False                     # attention: causal mask (m, n, k = s_q, s_k, head_dim)
+    grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,11 @@ class LayerShape:
     attention_kernel: str = "flash"          # "flash" (FA2-class) or "flash3" (FA3 / cuDNN)
     causal: bool = True
     dropout: bool = True
+    cp_comm: str = "p2p"                     # context parallelism: "p2p" ring or "all_gather"
+    # memory accounting only (no effect on time): the cross-entropy implementation
+    # (``frameworks.LOSS_BYTES``) and whether SwiGLU is one function saving its input
+    loss: str = "megatron"
+    fused_swiglu: bool = True
 
     @property
     def act_bytes(self) -> int:
@@ -142,57 +160,229 @@ def _leave_tp(name: str, m: TransformerSpec, sh: LayerShape, prev_gemm: str) -> 
     return [_comm(name, coll, "tp", tokens * m.hidden * sh.act_bytes, prev_gemm)]
 
 
-def attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """LayerNorm, QKV, attention core, output projection, residual (one layer, forward)."""
+def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
+    """LayerNorm, Q/K/V projections, attention core, output projection, residual (one
+    layer, forward). ``layer`` decides local (sliding-window) vs global attention."""
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
-    q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
     ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
     ops += _enter_tp("ln1_allgather", m, sh, "qkv")
-    # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
-    qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
-    ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
-                     saved_out=qkv_out))
-    ops += core_attention_ops(m, sh)
-    ops.append(_gemm("attn_out", T, h, q_local, sh, saved=T * q_local * ab))
+    if m.mla is not None:
+        ops += mla_projection_ops(m, sh)
+    else:
+        q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
+        # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
+        qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
+        ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
+                         saved_out=qkv_out))
+    ops += core_attention_ops(m, sh, m.window_of(layer))
+    out_in = m.q_dim // sh.tp
+    ops.append(_gemm("attn_out", T, h, out_in, sh, saved=T * out_in * ab))
     ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("attn_residual", 2 * Ts * h, Ts * h, sh, saved=mask, elem_bytes=ab))
     return ops
 
 
-def core_attention_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """softmax(QK^T)V per rank; s_q = local queries, s_k = keys attended (CP gathers KV)."""
-    heads = m.n_heads // sh.tp
-    b, d, ab = sh.micro_batch, m.head_dim, sh.act_bytes
-    s_q, s_k = m.seq_len // sh.cp, m.seq_len
-    full = 4.0 * b * heads * s_q * s_k * d          # QK^T + AV, non-causal
-    kv_local = max(m.kv_dim // sh.tp, d)
+def mla_projection_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """DeepSeek MLA projections on one rank, Megatron-Core's layout: the down-projections
+    (``q_a``, ``kv_a``) are replicated over TP, the up-projections (``q_b``, ``kv_b``) are
+    column-parallel over heads. Shapes as in HF ``DeepseekV3Attention``."""
+    a = m.mla
+    T, Ts = _tokens(m, sh)
+    h, ab, heads = m.hidden, sh.act_bytes, m.n_heads // sh.tp
+    qk, kv_a = a.qk_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
     ops: list[Op] = []
-    if sh.cp > 1:
-        kv_bytes = 2 * b * m.seq_len * kv_local * ab
-        ops.append(_comm("cp_kv_allgather", Collective.ALL_GATHER, "cp", kv_bytes, "core_attn"))
-    qkv_saved = b * s_q * (heads * d + 2 * kv_local) * ab
+    if a.q_lora_rank:
+        r = a.q_lora_rank
+        ops += [_gemm("q_down", T, r, h, sh, saved=Ts * h * ab),
+                _mem("q_norm", T * r, T * r, sh, saved=T * r * ab, kind="norm"),
+                _gemm("q_up", T, heads * qk, r, sh, saved=T * r * ab)]
+    else:
+        ops.append(_gemm("q_proj", T, heads * qk, h, sh, saved=Ts * h * ab))
+    # Q, K (nope + shared rope part broadcast per head) and V are kept for the core
+    qkv_out = T * heads * (2 * qk + a.v_head_dim) * ab
+    ops += [_gemm("kv_down", T, kv_a, h, sh),             # same input as q_down: saved once
+            _mem("kv_norm", T * a.kv_lora_rank, T * a.kv_lora_rank, sh,
+                 saved=T * a.kv_lora_rank * ab, kind="norm"),
+            _gemm("kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, sh,
+                  saved=T * a.kv_lora_rank * ab, saved_out=qkv_out)]
+    return ops
+
+
+def causal_window_pairs(s: int, window: int) -> int:
+    """(query, key) pairs a causal attention over ``s`` positions scores when each query
+    sees the last ``window`` positions including itself (``window`` 0 or >= s: all
+    earlier ones): ``s(s+1)/2``, or ``W(W+1)/2 + (s-W)W``."""
+    if window <= 0 or window >= s:
+        return s * (s + 1) // 2
+    return window * (window + 1) // 2 + (s - window) * window
+
+
+def _executed_keys_per_query(s_k: int, window: int, causal: bool, tile: int = 128) -> float:
+    """Keys per query a tiled flash kernel computes, in the convention the attention
+    efficiency curves are fitted in (``calibrate.reference_attention``): a causal call
+    executes half the square, the diagonal's partial tiles are carried by the causal
+    efficiency. A sliding window adds a second ragged edge (the window's far end): half a
+    ``tile`` per query on top of the exact pair count (assumed, not measured)."""
+    if not causal:
+        return float(min(s_k, window) if window > 0 else s_k)
+    if window <= 0 or window >= s_k:
+        return 0.5 * s_k
+    return min(causal_window_pairs(s_k, window) / s_k + tile / 2, float(s_k))
+
+
+def executed_attention_flops(full_flops: float, s_k: int, causal: bool, window: int = 0) -> float:
+    """FLOPs a fused attention call executes given its non-causal count ``full_flops`` (every
+    query against ``s_k`` keys, or a full ``window``), in the convention the efficiency
+    curves are fitted in (``_executed_keys_per_query``). Calibration counts measured kernels
+    with this same function."""
+    keys = min(s_k, window) if window > 0 else s_k
+    return full_flops * _executed_keys_per_query(s_k, window, causal) / keys
+
+
+def _attn_widths(m: TransformerSpec, sh: LayerShape) -> tuple[int, int, int, int]:
+    """(local query heads, q/k head width, v head width, K+V width per token, local)."""
+    heads = m.n_heads // sh.tp
+    if m.mla is not None:
+        qk, v = m.mla.qk_head_dim, m.mla.v_head_dim
+        return heads, qk, v, heads * (qk + v)
+    d = m.head_dim
+    return heads, d, d, 2 * max(m.kv_dim // sh.tp, d)
+
+
+def core_attention_ops(m: TransformerSpec, sh: LayerShape, window: int = 0) -> list[Op]:
+    """softmax(QK^T)V per rank; s_q = local queries, s_k = keys attended (CP gathers KV).
+
+    ``model_flops`` (MFU convention) counts every query against all ``s_k`` keys, or
+    against a full ``window`` in a local layer; ``flops`` is what a causal flash kernel
+    executes (see ``_executed_keys_per_query``)."""
+    heads, d_qk, d_v, kv_w = _attn_widths(m, sh)
+    b, ab = sh.micro_batch, sh.act_bytes
+    s_q, s_k = m.seq_len // sh.cp, m.seq_len
+    per_pair = 2.0 * b * heads * (d_qk + d_v)                # QK^T + AV per (query, key)
+    full = per_pair * s_q * (min(s_k, window) if window > 0 else s_k)
+    qkv_saved = b * s_q * (heads * d_qk + kv_w) * ab
     if sh.flash:
+        out_bytes, lse_bytes = b * s_q * heads * d_v * ab, b * heads * s_q * 4
+        out_io = out_bytes + lse_bytes                   # the kernel writes output + logsumexp
+        # It keeps both; the output is the same tensor the output projection saves as its
+        # input (charged there), unless that GEMM keeps an FP8 copy instead (Transformer
+        # Engine), when both exist.
+        out_saved = lse_bytes + (out_bytes if sh.dtype == "fp8" else 0.0)
+        if sh.cp > 1:
+            fn = allgather_attention_ops if sh.cp_comm == "all_gather" else ring_attention_ops
+            return fn(m, sh, full, qkv_saved + out_io, out_saved)
         # selective recompute (Megatron --recompute-granularity selective) re-runs the core
         # attention forward in backward even with a fused kernel
-        executed = full * (0.5 + 0.5 / max(1, s_k // 128)) if sh.causal else full
-        out_saved = b * s_q * heads * d * ab + b * heads * s_q * 4   # output + logsumexp
-        ops.append(Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
-                      bytes_moved=qkv_saved + out_saved, dtype=sh.dtype,
-                      saved_bytes=out_saved, kernel=sh.attention_kernel, recomputed=True))
-        return ops
+        executed = per_pair * s_q * _executed_keys_per_query(s_k, window, sh.causal)
+        return [Op("core_attn", OpKind.ATTENTION, flops=executed, model_flops=full,
+                   bytes_moved=qkv_saved + out_io, m=s_q, n=s_k, k=d_qk, batch=b * heads,
+                   dtype=sh.dtype, saved_bytes=out_saved, kernel=sh.attention_kernel,
+                   recomputed=True, causal=sh.causal)]
+    ops: list[Op] = []
+    if sh.cp > 1:
+        kv_bytes = b * m.seq_len * kv_w * ab
+        ops.append(_comm("cp_kv_allgather", Collective.ALL_GATHER, "cp", kv_bytes, "core_attn"))
     batch, scores = b * heads, b * heads * s_q * s_k
     dt = "fp16" if sh.dtype in ("fp8", "bf16", "fp16") else sh.dtype
     sh16 = replace(sh, dtype=dt)
-    # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output
-    ops.append(_gemm("qk", s_q, s_k, d, sh16, batch=batch, recomputed=True))
+    # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output.
+    # Materialized attention forms every score, local layers too (the window is a mask).
+    ops.append(_gemm("qk", s_q, s_k, d_qk, sh16, batch=batch, recomputed=True))
+    # softmax keeps its output; with dropout, the dropout keeps its 1-byte mask and AV
+    # keeps the dropped-out probabilities (without dropout AV reuses the softmax output)
     ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True,
                     kind="softmax"))
     if sh.dropout:
-        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * (1 + ab),
+        ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * 1.0,
                         recomputed=True))
-    ops.append(_gemm("av", s_q, d, s_k, sh16, batch=batch, recomputed=True))
+    av = _gemm("av", s_q, d_v, s_k, sh16, batch=batch, recomputed=True)
+    ops.append(replace(av, saved_bytes=scores * ab) if sh.dropout else av)
+    return ops
+
+
+def _attn_call(name: str, sh: LayerShape, b: int, widths: tuple[int, int, int], s_q: int,
+               s_k: int, causal: bool, model_flops: float, bytes_moved: float,
+               saved: float) -> Op:
+    """One fused attention kernel call; ``widths`` = (heads, q/k head width, v head width);
+    causal: half the square executed."""
+    heads, d_qk, d_v = widths
+    f = 2.0 * b * heads * s_q * s_k * (d_qk + d_v) * (0.5 if causal else 1.0)
+    return Op(name, OpKind.ATTENTION, flops=f, model_flops=model_flops, bytes_moved=bytes_moved,
+              m=s_q, n=s_k, k=d_qk, batch=b * heads, dtype=sh.dtype, saved_bytes=saved,
+              kernel=sh.attention_kernel, recomputed=True, causal=causal)
+
+
+def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes: float,
+                       out_saved: float) -> list[Op]:
+    """Context parallelism as Transformer Engine's P2P ring (``AttnFuncWithCPAndKVP2P``,
+    Megatron's default ``--cp-comm-type p2p``), step by step.
+
+    ``cp`` steps; during step i each rank sends its current KV block to the next rank and
+    receives the next one (double-buffered), so only the transfer that outlasts step i's
+    kernel is exposed (``overlaps_with``). Causal runs are load balanced: the sequence is cut
+    into 2*cp chunks and rank r holds chunks r and 2cp-1-r. Step 0 is a causal call over the
+    local 2 chunks; every later step is non-causal, either the local 2 chunks of Q against
+    the first half of the received KV or the second half of Q against all of it. Both halves
+    occur on some rank at every step, and the ring advances at the slower one: 2c queries
+    against c keys (c = s/(2cp)). After every step a memory-bound pass rescales and adds the
+    step's output into the fp32 accumulator (out and log-sum-exp corrections). Backward runs
+    the ring again carrying KV and the accumulated dKV (twice the bytes).
+    """
+    heads, d_qk, d_v, kv_w = _attn_widths(m, sh)
+    w, b, ab = (heads, d_qk, d_v), sh.micro_batch, sh.act_bytes
+    s_loc = m.seq_len // sh.cp
+    kv_block = float(b * s_loc * kv_w * ab)
+    step_model = full / sh.cp
+    io = io_bytes / sh.cp
+    ops: list[Op] = []
+    for i in range(sh.cp):
+        if sh.causal and i == 0:
+            call = _attn_call("core_attn_cp0", sh, b, w, s_loc, s_loc, True, step_model, io,
+                              out_saved)
+        elif sh.causal:
+            call = _attn_call(f"core_attn_cp{i}", sh, b, w, s_loc, s_loc // 2, False,
+                              step_model, io, 0.0)
+        else:
+            call = _attn_call(f"core_attn_cp{i}", sh, b, w, s_loc, s_loc, False,
+                              step_model, io, out_saved if i == 0 else 0.0)
+        if i + 1 < sh.cp:
+            ops.append(replace(_comm(f"cp_kv_p2p{i}", Collective.SEND_RECV, "cp", kv_block,
+                                     call.name), bwd_bytes=2 * kv_block, recomputed=True))
+        ops.append(call)
+        if i > 0:
+            # read the step's 16-bit output, read + write the fp32 accumulator
+            ops.append(_mem(f"core_attn_cp{i}_correction", b * s_loc * heads * d_v * (2 + 4),
+                            b * s_loc * heads * d_v * 4, sh, recomputed=True, elem_bytes=1))
+    return ops
+
+
+def allgather_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes: float,
+                            out_saved: float) -> list[Op]:
+    """Context parallelism by all-gathering K and V first (``--cp-comm-type all_gather``,
+    TE ``AttnFuncWithCPAndKVAllGather``; Llama 3's context parallelism): the gather is
+    exposed (attention needs its result), then each of the two local query chunks attends
+    causally to the key prefix it sees. Averaged over ranks a chunk sees half the sequence
+    plus half a chunk. Backward reduce-scatters dK and dV."""
+    heads, d_qk, d_v, kv_w = _attn_widths(m, sh)
+    b, ab = sh.micro_batch, sh.act_bytes
+    s_loc = m.seq_len // sh.cp
+    c = s_loc // 2 if sh.causal else s_loc
+    kv_bytes = float(b * m.seq_len * kv_w * ab)
+    ops = [replace(_comm("cp_kv_allgather", Collective.ALL_GATHER, "cp", kv_bytes),
+                   recomputed=True)]
+    calls = 2 if sh.causal else 1
+    s_k = (m.seq_len + c) // 2 if sh.causal else m.seq_len
+    for j in range(calls):
+        # a causal chunk against its prefix: c queries x s_k keys minus half a chunk's
+        # square; the mask trims only the last chunk, so each query tile walks nearly the
+        # whole prefix and the kernel runs at the non-causal efficiency of s_k
+        f = 2.0 * b * heads * (d_qk + d_v) * (c * s_k - 0.5 * c * c if sh.causal else c * s_k)
+        ops.append(Op(f"core_attn_ag{j}", OpKind.ATTENTION, flops=f, model_flops=full / calls,
+                      bytes_moved=io_bytes / calls, m=c, n=s_k, k=d_qk,
+                      batch=b * heads, dtype=sh.dtype, saved_bytes=out_saved / calls,
+                      kernel=sh.attention_kernel, recomputed=True))
     return ops
 
 
@@ -212,8 +402,14 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     rows = -(-T // groups)
     ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
     act_in, act_out = T * up_n, T * f
-    ops.append(_mem(f"{name}_act", act_in, act_out, sh, saved=act_in * ab))
+    # a fused SwiGLU (Megatron's SwiGLUFunction, TE) saves its input only; eager
+    # silu(a) * b also keeps silu(a) for the product's backward
+    eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
+    ops.append(_mem(f"{name}_act", act_in, act_out, sh,
+                    saved=(act_in + (act_out if eager_glu else 0)) * ab))
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
+    if groups > 1:
+        ops = [replace(o, grouped=True) if o.kind == OpKind.GEMM else o for o in ops]
     return ops
 
 
@@ -221,7 +417,7 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     """All forward ops of decoder layer ``layer`` for one micro-batch on one rank."""
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
-    ops = attention_ops(m, sh)
+    ops = attention_ops(m, sh, layer)
     ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
     if m.is_moe_layer(layer):
         ops += moe_ops(m, sh)                    # the token dispatcher does its own TP comm
@@ -234,13 +430,33 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     return with_fp8_casts(ops) if sh.dtype == "fp8" else ops
 
 
-def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """Router, all-to-all dispatch, local experts (expected even load), combine.
+def moe_load_factor(m: TransformerSpec, sh: LayerShape, routed: float) -> float:
+    """Rows the busiest EP rank processes, over the balanced mean: the capacity factor when
+    experts are padded to capacity, else the expected dropless imbalance
+    (``workload.moe_load``; ``frameworks/moe.json``)."""
+    moe = m.moe
+    if moe.capacity_factor > 0:
+        return moe.capacity_factor
+    return expected_max_load_ratio(sh.ep, moe.experts // sh.ep, moe.experts, routed,
+                                   ROUTING.expert_load_cv)
 
-    Megatron-style token dispatch: each rank routes its own tokens (the SP shard, i.e.
-    1/tp of them, when TP > 1); the all-to-all runs over the EP group; with TP the received
-    tokens are all-gathered across TP so each TP rank applies its 1/tp slice of every local
-    expert, then reduce-scattered back before the combining all-to-all.
+
+def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Router, token dispatch, local experts, combine, as Megatron-Core's all-to-all token
+    dispatcher runs them (``MoEAlltoAllTokenDispatcher``, dropless unless the spec gives a
+    capacity factor).
+
+    Each rank routes its own tokens (the SP shard, 1/tp of them, when TP > 1): router GEMM
+    (16-bit even in FP8 runs: a plain linear outside Transformer Engine), fp32 softmax and
+    top-k, then a permutation copy grouping its token-expert pairs by destination. The
+    all-to-all sends them over the EP group; the receiving rank sorts the chunks by local
+    expert when it holds more than one (``sort_chunks_by_idxs``), all-gathers them over TP
+    (expert weights are TP-sharded), runs the experts as one grouped GEMM (``batch`` =
+    local experts, ``grouped``), then undoes each step; the unpermute scales by the router
+    probabilities and sums the top-k copies. The busiest rank sets every step after the
+    router (``moe_load_factor``). The all-to-all is exposed: Megatron overlaps it with
+    compute only with its opt-in EP-overlap schedule. Shared experts run on every token
+    (TP-sharded, with their own TP gather/reduce).
     """
     moe = m.moe
     assert moe is not None
@@ -248,27 +464,39 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     h, ab = m.hidden, sh.act_bytes
     t_loc = T // sh.tp if sh.tp > 1 else T       # tokens this rank routes
     routed = t_loc * moe.top_k                   # token-expert pairs this rank sends
-    ops = [_gemm("router", t_loc, moe.experts, h, sh, saved=t_loc * h * ab),
+    local = moe.experts // sh.ep
+    recv = routed * moe_load_factor(m, sh, routed)   # pairs the busiest rank receives
+    sh16 = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
+    ops = [_gemm("router", t_loc, moe.experts, h, sh16, saved=t_loc * h * ab),
            _mem("moe_router_topk", t_loc * moe.experts, t_loc * moe.experts, sh,
                 elem_bytes=4, kind="softmax"),    # fp32 softmax + top-k over router logits
            _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
     if sh.ep > 1:
-        ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", routed * h * ab))
-    group_rows = routed * sh.tp                  # balanced: received == sent, gathered over TP
+        ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab))
+        if local > 1:
+            ops.append(_mem("moe_sort_chunks", recv * h, recv * h, sh, kind="copy"))
+    group_rows = recv * sh.tp                    # gathered over TP
     if sh.tp > 1:
         ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
                          "experts_fc1"))
-    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=group_rows,
-                   groups=moe.experts // sh.ep)
-    if moe.shared_experts:
-        ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",
-                       tokens=t_loc * sh.tp)
+    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=int(group_rows),
+                   groups=local)
     if sh.tp > 1:
         ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
                          group_rows * h * ab, "experts_fc2"))
     if sh.ep > 1:
-        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", routed * h * ab))
-    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh))
+        if local > 1:
+            ops.append(_mem("moe_unsort_chunks", recv * h, recv * h, sh, kind="copy"))
+        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
+    # the combine weights each expert output by its routing probability, so it keeps the
+    # expert outputs (and the probabilities) for the gradient of the probabilities
+    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh,
+                    saved=routed * h * ab + routed * 4))
+    if moe.shared_experts:
+        ops += _enter_tp("shared_allgather", m, sh, "shared_fc1")
+        ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",
+                       tokens=t_loc * sh.tp)
+        ops += _leave_tp("shared_reduce", m, sh, "shared_fc2")
     return ops
 
 
@@ -294,15 +522,27 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     # first and last layers in higher precision).
     head_sh = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
     ops.append(_gemm("logits", T, v, h, head_sh, saved=Ts * h * ab))
-    # Vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per logit
-    # counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). The softmax is
-    # kept for backward (fp32).
+    # Time: vocab-parallel cross-entropy as Megatron writes it, unfused, in fp32 (bytes per
+    # logit counted from its passes: CONVENTIONS.cross_entropy, frameworks.json). Memory:
+    # what the run's loss implementation keeps (frameworks.LOSS_BYTES).
     elems, ce = T * v, CONVENTIONS.cross_entropy
+    saved = LOSS_BYTES[sh.loss].saved(logit_bytes(sh)) * elems
     ops.append(Op("cross_entropy", OpKind.MEMORY, bytes_moved=ce.fwd_bytes_per_logit * elems,
-                  dtype=sh.dtype, saved_bytes=ce.saved_bytes_per_logit * elems,
+                  dtype=sh.dtype, saved_bytes=saved,
                   kernels=ce.kernels, bwd_bytes=ce.bwd_bytes_per_logit * elems,
                   mem_kind="softmax"))
     return ops
+
+
+def logit_bytes(sh: LayerShape) -> int:
+    """Bytes per logit of the output layer's result (16-bit, also under FP8; fp32 models 4)."""
+    return sh.act_bytes
+
+
+def loss_transient_bytes(m: TransformerSpec, sh: LayerShape) -> float:
+    """Bytes the loss holds beyond what it saves, at its own peak (one micro-batch)."""
+    T, _ = _tokens(m, sh)
+    return LOSS_BYTES[sh.loss].transient(logit_bytes(sh)) * T * -(-m.vocab // sh.tp)
 
 
 def backward_ops(fwd: list[Op]) -> list[Op]:
@@ -334,8 +574,11 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
 _CONJ = {Collective.ALL_GATHER: Collective.REDUCE_SCATTER,
          Collective.REDUCE_SCATTER: Collective.ALL_GATHER,
          Collective.ALL_REDUCE: Collective.ALL_REDUCE,
-         Collective.ALL_TO_ALL: Collective.ALL_TO_ALL}
+         Collective.ALL_TO_ALL: Collective.ALL_TO_ALL,
+         Collective.SEND_RECV: Collective.SEND_RECV}
 
 
 def _conjugate(op: Op) -> Op:
-    return replace(op, name=op.name + "_bwd", collective=_CONJ[op.collective], saved_bytes=0)
+    size = op.comm_bytes if op.bwd_bytes < 0 else op.bwd_bytes
+    return replace(op, name=op.name + "_bwd", collective=_CONJ[op.collective], saved_bytes=0,
+                   comm_bytes=size)

@@ -8,15 +8,19 @@ Conventions shared by every preset:
 * ``ffn_hidden`` is the dense FFN width (per gate for SwiGLU). For MoE models where every
   layer is sparse it is the ``intermediate_size`` of the config and does not enter the
   parameter count.
-* Biases, position embeddings and attention sinks are not modelled by ``TransformerSpec``;
-  they are below 1% of any preset here.
+* Biases, learned position embeddings and attention sinks are not counted by
+  ``TransformerSpec``; they are below 1% of any preset here. ``norm``, ``position`` and
+  the bias flags are recorded (launch arguments need them).
 """
 from __future__ import annotations
 
 from ..errors import InvalidInputError
-from .spec import MLP, MoESpec, TransformerSpec
+from .spec import MLP, MLASpec, MoESpec, Norm, Position, TransformerSpec
 
 _GPT2_BPE = "vocab 50257 = GPT-2 BPE (Radford et al. 2019); Megatron-LM runs pad it to 51200"
+
+# Llama-family facts shared by the RoPE / RMSNorm / bias-free decoders below
+_LLAMA_STYLE = {"norm": Norm.RMSNORM, "position": Position.ROPE, "linear_bias": False}
 
 
 def _dense_gpt() -> list[TransformerSpec]:
@@ -30,6 +34,7 @@ def _dense_gpt() -> list[TransformerSpec]:
         TransformerSpec(
             "bloom-176b", n_layers=70, hidden=14336, ffn_hidden=4 * 14336, n_heads=112,
             n_kv_heads=112, vocab=250880, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,
+            position=Position.ALIBI,
             source="bigscience/bloom config.json (n_layer 70, hidden_size 14336, n_head 112, "
                    "vocab_size 250880); Le Scao et al. 2022 (BLOOM) Table 3, seq 2048"),
         TransformerSpec(
@@ -41,6 +46,7 @@ def _dense_gpt() -> list[TransformerSpec]:
         TransformerSpec(
             "nemotron4-340b", n_layers=96, hidden=18432, ffn_hidden=73728, n_heads=96,
             n_kv_heads=8, vocab=256000, seq_len=4096, mlp=MLP.RELU2,
+            position=Position.ROPE, linear_bias=False,
             source="NVIDIA 2024, 'Nemotron-4 340B Technical Report' Table 1 (96 layers, "
                    "hidden 18432, 96 heads, 8 KV heads, seq 4096, vocab 256000, squared ReLU, "
                    "untied embeddings); ffn 73728 = 4h per nvidia/Nemotron-4-340B-Base config"),
@@ -51,7 +57,7 @@ def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int,
            vocab: int, seq: int, source: str) -> TransformerSpec:
     return TransformerSpec(name, n_layers=layers, hidden=hidden, ffn_hidden=ffn,
                            n_heads=heads, n_kv_heads=kv, vocab=vocab, seq_len=seq,
-                           mlp=MLP.SWIGLU, tied_embeddings=False, source=source)
+                           mlp=MLP.SWIGLU, tied_embeddings=False, source=source, **_LLAMA_STYLE)
 
 
 def _dense_llama() -> list[TransformerSpec]:
@@ -81,18 +87,23 @@ def _moe_mixtral_qwen() -> list[TransformerSpec]:
         TransformerSpec(
             "mixtral-8x7b", n_layers=32, hidden=4096, ffn_hidden=14336, n_heads=32,
             n_kv_heads=8, vocab=32000, seq_len=4096, mlp=MLP.SWIGLU,
-            moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336),
+            moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336, aux_loss_coeff=0.02),
+            **_LLAMA_STYLE,
             source="mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 (Mixtral of "
                    "Experts) Table 1; seq_len 4096 chosen here (config allows 32768)"),
         TransformerSpec(
             "qwen3-30b-a3b", n_layers=48, hidden=2048, ffn_hidden=6144, n_heads=32,
             n_kv_heads=4, head_dim=128, vocab=151936, seq_len=4096, mlp=MLP.SWIGLU,
-            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768),
+            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768, aux_loss_coeff=0.001),
+            **_LLAMA_STYLE,
+            extra_norm_params=2 * 128, qk_norm=True,    # QK-norm: q_norm + k_norm (head_dim)
             source=f"Qwen/Qwen3-30B-A3B config.json; {qwen}"),
         TransformerSpec(
             "qwen3-235b-a22b", n_layers=94, hidden=4096, ffn_hidden=12288, n_heads=64,
             n_kv_heads=4, head_dim=128, vocab=151936, seq_len=4096, mlp=MLP.SWIGLU,
-            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=1536),
+            moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=1536, aux_loss_coeff=0.001),
+            **_LLAMA_STYLE,
+            extra_norm_params=2 * 128, qk_norm=True,
             source=f"Qwen/Qwen3-235B-A22B config.json; {qwen}"),
     ]
 
@@ -101,23 +112,55 @@ def _moe_deepseek_oss() -> list[TransformerSpec]:
     return [
         TransformerSpec(
             "deepseek-v3", n_layers=61, hidden=7168, ffn_hidden=18432, n_heads=128,
-            n_kv_heads=8, head_dim=128, vocab=129280, seq_len=4096, mlp=MLP.SWIGLU,
+            n_kv_heads=128, head_dim=128, vocab=129280, seq_len=4096, mlp=MLP.SWIGLU,
             moe=MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, shared_experts=1,
-                        dense_layers=3),
+                        dense_layers=3, router_score="sigmoid", router_expert_bias=True,
+                        router_topk_scale=2.5, router_groups=8, router_group_topk=4),
+            mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                        v_head_dim=128, q_lora_rank=1536), qk_norm=True, **_LLAMA_STYLE,
             source="deepseek-ai/DeepSeek-V3 config.json; DeepSeek-AI 2024 (DeepSeek-V3 "
-                   "Technical Report) Sec. 4.2, pretrain seq 4096; APPROXIMATION: MLA "
-                   "(q_lora 1536, kv_lora 512, qk 128+64, v 128) modelled as 128 query heads "
-                   "x head_dim 128 with 8 KV heads (KV projection sized like MLA's latent "
-                   "path), which over-counts the query path: total +0.6%, active +12%; "
-                   "the MTP module (14B) is excluded as in the 671B figure"),
+                   "Technical Report, arXiv:2412.19437) Sec. 4.2: MLA (q_lora 1536, kv_lora "
+                   "512, qk 128+64, v 128), 256 routed + 1 shared experts, first 3 layers "
+                   "dense, sigmoid router with expert bias (aux-loss-free), routed scaling 2.5, "
+                   "8 groups / top-4; pretrain seq 4096; 671B total / 37B active, the MTP "
+                   "module (14B) excluded as in the 671B figure"),
+        TransformerSpec(
+            "deepseek-v2", n_layers=60, hidden=5120, ffn_hidden=12288, n_heads=128,
+            n_kv_heads=128, head_dim=128, vocab=102400, seq_len=4096, mlp=MLP.SWIGLU,
+            moe=MoESpec(experts=160, top_k=6, expert_ffn_hidden=1536, shared_experts=2,
+                        dense_layers=1, router_groups=8, router_group_topk=3,
+                        aux_loss_coeff=0.003),
+            mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                        v_head_dim=128, q_lora_rank=1536), qk_norm=True, **_LLAMA_STYLE,
+            source="deepseek-ai/DeepSeek-V2 config.json; DeepSeek-AI 2024 (DeepSeek-V2, "
+                   "arXiv:2405.04434) Sec. 3.1.2: 60 layers, hidden 5120, 128 heads, MLA "
+                   "(q_lora 1536, kv_lora 512, qk 128+64, v 128), 2 shared + 160 routed "
+                   "experts (6 active), first layer dense, device-limited routing (3 of 8 groups), "
+                   "expert-level balance factor 0.003; 236B total / 21B active"),
         TransformerSpec(
             "gpt-oss-120b", n_layers=36, hidden=2880, ffn_hidden=2880, n_heads=64,
             n_kv_heads=8, head_dim=64, vocab=201088, seq_len=4096, mlp=MLP.SWIGLU,
             moe=MoESpec(experts=128, top_k=4, expert_ffn_hidden=2880),
+            norm=Norm.RMSNORM, position=Position.ROPE, linear_bias=True,
             source="openai/gpt-oss-120b config.json; OpenAI 2025 gpt-oss model card Table 1 "
                    "(116.8B total, 5.1B active excluding the input embedding); seq 4096 = "
                    "initial_context_length; alternating sliding-window attention, biases "
                    "and sinks not modelled"),
+    ]
+
+
+def _gemma() -> list[TransformerSpec]:
+    return [
+        TransformerSpec(
+            "gemma2-9b", n_layers=42, hidden=3584, ffn_hidden=14336, n_heads=16,
+            n_kv_heads=8, head_dim=256, vocab=256000, seq_len=8192, mlp=MLP.SWIGLU,
+            tied_embeddings=True, window=4096, global_every=2, **_LLAMA_STYLE,
+            extra_norm_params=2 * 3584, attn_logit_softcap=50.0, final_logit_softcap=30.0,
+            source="google/gemma-2-9b config.json; Gemma Team 2024 (Gemma 2, "
+                   "arXiv:2408.00118) Tables 1-2: 42 layers, d_model 3584, 16 heads / 8 KV "
+                   "heads of 256, GeGLU 14336 (3 GEMMs), local 4096-token sliding window "
+                   "alternating with global layers, logit soft caps 50 / 30, pre+post norms, "
+                   "seq 8192; 8,324,201,984 non-embedding + 917,504,000 embedding params"),
     ]
 
 
@@ -142,7 +185,8 @@ def _small() -> list[TransformerSpec]:
 
 
 def _build() -> dict[str, TransformerSpec]:
-    specs = _dense_gpt() + _dense_llama() + _moe_mixtral_qwen() + _moe_deepseek_oss() + _small()
+    specs = _dense_gpt() + _dense_llama() + _moe_mixtral_qwen() + _moe_deepseek_oss() + \
+        _gemma() + _small()
     return {s.name: s for s in specs}
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import hardware_db as hdb
 from hardware_db import loaders, topology
 from simulator.errors import CalibrationMissingError, InvalidInputError, ProfileError
-from simulator.hardware.specs import ClusterSpec, GPUSpec, LinkKind, LinkSpec, NodeSpec
+from simulator.hardware.specs import SCALE_OUT_KINDS, ClusterSpec, GPUSpec, LinkKind, LinkSpec, NodeSpec
 
 DATA = Path(hdb.__file__).resolve().parent / "data"
 REQUIRED_GPUS = ["v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm", "h200-sxm",
@@ -83,7 +83,7 @@ def test_every_node_loads(key):
     n = hdb.load_node(key)
     assert isinstance(n, NodeSpec) and n.source
     assert n.scale_up_domain_gpus % n.gpus_per_node == 0
-    assert n.nics_per_node > 0 and n.nic.kind.value in ("infiniband", "roce", "omnipath", "ethernet")
+    assert n.nics_per_node > 0 and n.nic.kind in SCALE_OUT_KINDS
 
 
 def test_datasheet_values_spot_checks():
@@ -160,7 +160,12 @@ def test_load_profile_missing_or_present():
 def test_build_cluster_defaults():
     c = hdb.build_cluster("h100-sxm", 64)
     assert isinstance(c, ClusterSpec) and c.n_nodes == 8 and c.node.key == "dgx-h100"
-    assert c.nic_gbytes_per_s_per_gpu == 50 and c.graph is not None
+    assert c.nic_gbytes_per_s_per_gpu == 50 and c.graph is None      # symbolic by default
+    assert (c.leaf_down_ports, c.switch_radix, c.pcie_gbytes_per_s) == (32, 64, 63.0)
+    assert c.net_ll_protocol and not c.in_network_reduction
+    assert hdb.build_cluster("h100-sxm", 64, build_graph=True).graph is not None
+    efa = hdb.build_cluster("b200", 32, node="aws-p6-b200")
+    assert efa.node.nic.kind is LinkKind.EFA and not efa.net_ll_protocol
 
 
 def test_build_cluster_nic_override():
@@ -176,7 +181,7 @@ def test_build_cluster_nic_override():
 
 
 def test_build_cluster_scale_up_override():
-    c = hdb.build_cluster("b200", 144, scale_up="nvlink5-nvl72", gpus_per_node=4)
+    c = hdb.build_cluster("b200", 144, scale_up="nvlink5-nvl72", gpus_per_node=4, build_graph=True)
     assert c.node.scale_up_domain_gpus == 72 and c.node.in_switch_reduction
     assert sum(1 for v in c.graph if v[0] == "nvswitch") == 2
     c = hdb.build_cluster("h100", 8, scale_up="nvlink3")
@@ -226,7 +231,7 @@ def _count(g: nx.Graph, kind: str) -> int:
 
 
 def test_graph_counts_rail_optimized():
-    c = hdb.build_cluster("h100", 8 * 40)  # 40 nodes -> 2 pods of <= 32 nodes
+    c = hdb.build_cluster("h100", 8 * 40, build_graph=True)  # 40 nodes -> 2 pods of <= 32 nodes
     g = c.graph
     assert _count(g, "gpu") == 320 and _count(g, "nic") == 320 and _count(g, "nvswitch") == 40
     assert _count(g, "leaf") == 2 * 8 and _count(g, "spine") == 1
@@ -238,7 +243,7 @@ def test_graph_counts_rail_optimized():
 
 
 def test_graph_not_rail_optimized_and_oversubscription():
-    c = hdb.build_cluster("h100", 64, rail_optimized=False, oversubscription=2.0)
+    c = hdb.build_cluster("h100", 64, rail_optimized=False, oversubscription=2.0, build_graph=True)
     g = c.graph
     assert _count(g, "leaf") == 2  # 32 ports / 8 NICs = 4 nodes per leaf
     nics_of_node0 = [v for v in g if v[0] == "nic" and v[1] == 0]
@@ -248,7 +253,7 @@ def test_graph_not_rail_optimized_and_oversubscription():
 
 
 def test_paths_intra_and_inter_node():
-    g = hdb.build_cluster("h100", 32).graph
+    g = hdb.build_cluster("h100", 32, build_graph=True).graph
     intra = hdb.path_links(g, 0, 7)
     assert intra and all(d["tier"] == "scale_up" for d in intra)
     same_rail = hdb.path_links(g, 0, 8)
@@ -259,17 +264,17 @@ def test_paths_intra_and_inter_node():
 
 
 def test_paths_nvl72_and_mesh():
-    g = hdb.build_cluster("gb200", 144).graph
+    g = hdb.build_cluster("gb200", 144, build_graph=True).graph
     assert all(d["tier"] == "scale_up" for d in hdb.path_links(g, 0, 71))  # different trays
     assert "nic" in [d["tier"] for d in hdb.path_links(g, 0, 72)]
-    g = hdb.build_cluster("mi300x", 16).graph
+    g = hdb.build_cluster("mi300x", 16, build_graph=True).graph
     p = hdb.path_links(g, 0, 5)
     assert len(p) == 1 and p[0]["kind"] == "xgmi" and p[0]["bandwidth_gbytes_per_s"] == pytest.approx(64)
     assert g.degree[("gpu", 0)] == 7 + 1
 
 
 def test_route_matches_graph_shortest_length():
-    g = hdb.build_cluster("h100", 64).graph
+    g = hdb.build_cluster("h100", 64, build_graph=True).graph
     for a, b in [(0, 1), (0, 8), (0, 9), (5, 63)]:
         path = hdb.route(g, a, b)
         assert nx.is_path(g, path)
@@ -277,21 +282,21 @@ def test_route_matches_graph_shortest_length():
 
 
 def test_bad_rank_raises():
-    g = hdb.build_cluster("h100", 8).graph
+    g = hdb.build_cluster("h100", 8, build_graph=True).graph
     with pytest.raises(InvalidInputError):
         hdb.path_links(g, 0, 8)
 
 
 def test_graph_is_frozen_and_cached():
-    c1 = hdb.build_cluster("h100", 16)
-    c2 = hdb.build_cluster("h100", 16)
+    c1 = hdb.build_cluster("h100", 16, build_graph=True)
+    c2 = hdb.build_cluster("h100", 16, build_graph=True)
     assert c1.graph is c2.graph and nx.is_frozen(c1.graph)
 
 
 def test_16k_gpus_builds():
     """Structure only; how fast it builds is measured by benchmarks/simulate_speed.py."""
     topology._cached.cache_clear()
-    c = hdb.build_cluster("h100", 16384)
+    c = hdb.build_cluster("h100", 16384, build_graph=True)
     assert _count(c.graph, "gpu") == 16384 and _count(c.graph, "leaf") == 64 * 8
 
 
@@ -304,7 +309,7 @@ GPU_KEYS = st.sampled_from(["h100-sxm", "a100-sxm-80gb", "gb200", "mi300x", "v10
 def test_property_tree_to_spine_and_counts(gpu, n_nodes, rail, over):
     node = hdb.default_node_for_gpu(gpu)
     n = n_nodes * node.gpus_per_node
-    c = hdb.build_cluster(gpu, n, rail_optimized=rail, oversubscription=over)
+    c = hdb.build_cluster(gpu, n, rail_optimized=rail, oversubscription=over, build_graph=True)
     g = c.graph
     assert _count(g, "gpu") == n and _count(g, "nic") == c.n_nodes * node.nics_per_node
     assert _count(g, "spine") == 1
@@ -323,7 +328,7 @@ def test_property_tree_to_spine_and_counts(gpu, n_nodes, rail, over):
 def test_property_paths(gpu, n_nodes, data):
     node = hdb.default_node_for_gpu(gpu)
     n = n_nodes * node.gpus_per_node
-    g = hdb.build_cluster(gpu, n).graph
+    g = hdb.build_cluster(gpu, n, build_graph=True).graph
     a = data.draw(st.integers(0, n - 1))
     b = data.draw(st.integers(0, n - 1))
     tiers = [d["tier"] for d in hdb.path_links(g, a, b)]

@@ -17,7 +17,7 @@ from simulator.cost.host import (
 )
 from simulator.engine.simulate import simulate
 from simulator.engine.stage_work import build_chunks, place_groups
-from simulator.frameworks import FRAMEWORKS, HOST
+from simulator.frameworks import FRAMEWORKS, HOST, canonical_framework
 from simulator.frameworks.host import DATA, load_host
 from simulator.hardware.profile import Coefficient, HostModel
 from simulator.parallel.plan import Plan
@@ -68,7 +68,7 @@ def test_every_framework_names_known_modes_and_mechanisms():
         assert fw.mode in HOST.modes, name
         assert all(m in HOST.mechanisms for m in fw.mechanisms), name
         assert fw.why
-    assert set(HOST.frameworks) <= set(FRAMEWORKS)
+    assert set(HOST.frameworks) <= {canonical_framework(k) for k in FRAMEWORKS}
     for m in list(HOST.modes.values()) + list(HOST.mechanisms.values()):
         assert m.why and "PLACEHOLDER" not in m.why
 
@@ -115,3 +115,21 @@ def test_fsdp_rate_limiter_bounds_the_host_lead():
     assert r.step_time_s == pytest.approx(d + r.breakdown.optimizer_s, rel=1e-9)
     an = simulate(MODEL, fsdp, cl, p, engine="analytic").step_time_s
     assert an == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_host_facts_follow_framework_aliases_and_plans():
+    """Host facts are found under either spelling ("megatron" is "megatron-lm"), and a plan
+    under a framework's defaults gets its mode and mechanisms unless the caller keeps its own."""
+    from simulator.parallel.framework_plan import with_framework
+    assert HOST.framework("megatron") == HOST.framework("megatron-lm")
+    assert HOST.framework("llm-foundry-fsdp").mechanisms == ("fsdp1_unit",)
+    assert HOST.framework("no-such-framework") == HOST.default
+    base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
+    assert with_framework(base, "llm-foundry").host_mechanisms == ("fsdp1_unit",)
+    assert with_framework(base, "megatron-deepspeed").host_mechanisms == \
+        ("deepspeed_bf16_grad_loop",)
+    fp16 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16")
+    assert with_framework(fp16, "megatron-deepspeed").host_mechanisms == ()   # bf16 only
+    kept = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16", host_mode="compiled")
+    assert with_framework(kept, "nemo", {"host_mode"}).host_mode == "compiled"
+    assert with_framework(kept, "nemo").host_mode == "eager"

@@ -241,9 +241,10 @@ def test_launch_args_follow_the_plan():
                  "--sequence-parallel", "--recompute-granularity selective",
                  "--use-distributed-optimizer", "--num-experts 8", "--num-query-groups 8", "--swiglu"):
         assert flag in args
-    assert "trainer.num_nodes=4" in la.nemo and "model.virtual_pipeline_model_parallel_size=2" in la.nemo
+    assert "num_nodes=4" in la.nemo and "virtual_pipeline_model_parallel_size = 2" in la.nemo
     compile(la.fsdp_sketch, "sketch", "exec")
-    assert la.megatron_command(4, 8).startswith("torchrun --nnodes 4 --nproc-per-node 8")
+    assert la.megatron_command(4, 8).startswith(
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 4 --nproc-per-node 8")   # TP without FSDP
 
 
 # ---- CLI -----------------------------------------------------------------------------------

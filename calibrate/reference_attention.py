@@ -1,0 +1,239 @@
+"""Fused-attention curves of the reference profiles, fitted to published kernel sweeps.
+
+``eff(s) = emax(head_dim) * s / (s + s_half)`` per GPU, kernel family and direction
+(``simulator.hardware.profile.AttentionCurve``), fitted to the non-causal rows of
+``kernels_more.csv`` (FlashAttention-2/-3 and cuDNN on A100/H100, from the FA2 README
+figures and the FA3 paper) and ``attention_blackwell.csv`` (B200 rows transcribed from
+GitHub threads). Causal calls use the same curve with the half-length constant
+``2 * s_half + 128`` (average kv tiles per query tile halve; the diagonal tile is computed
+in full) times ``causal_eff``, fitted once on the A100 FA2 causal rows and carried to every
+other GPU and family. Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend,
+llm-foundry); ``flash3`` = what Transformer Engine runs on Hopper and Blackwell, cuDNN fused
+attention ("TE prefers cuDNN flash attention on Hopper+ when both apply", NeMo docs,
+NVIDIA/NeMo PR #9188). CSV line numbers count the header as line 1.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from simulator.hardware.profile import AttentionCurve, AttentionModel, Coefficient
+
+from .csvrows import Row, cite
+from .fit import AttnCurvePoint, FitResult, fit_attention_curve
+
+CAUSAL_BLOCK = 128.0
+CAUSAL_BLOCK_SRC = ("kernel tile: FlashAttention-2/3 and cuDNN process causal attention in "
+                    "128-token query/key blocks, and the diagonal block is computed in full "
+                    "while the FLOP convention counts half the square (FA2 paper, FA3 paper); "
+                    "a fixed constant of the causal formula, not fitted")
+# where a caller gives no shape: the curve at this point
+REPRESENTATIVE = {"seq_k": 4096, "head_dim": 128, "causal": True}
+PEAK_TFLOPS = {"A100": 312.0, "H100": 989.5, "B200": 2250.0}
+
+
+def _kv(shape: str) -> dict[str, int]:
+    out = {}
+    for part in shape.split(";"):
+        k, _, v = part.partition("=")
+        m = re.match(r"\d+", v.strip())
+        if m:
+            out[k.strip()] = int(m.group())
+    return out
+
+
+def _family(kernel: str) -> str:
+    k = kernel.lower()
+    if "flashattention-3" in k:
+        return "fa3"
+    if "flashattention-2" in k:
+        return "fa2"
+    if "cudnn" in k:
+        return "cudnn"
+    return ""
+
+
+def _direction(metric: str) -> str:
+    if metric.startswith("fwd+bwd"):
+        return "fwd+bwd"
+    return "bwd" if metric.startswith("bwd") else "fwd"
+
+
+def _gpu(label: str) -> str:
+    return next((g for g in PEAK_TFLOPS if label.startswith(g)), "")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    rows: tuple[Row, ...]
+    points: tuple[AttnCurvePoint, ...]
+
+
+def sweep(rows: Sequence[Row], gpu: str, family: str, direction: str, causal: bool | None = False,
+          min_seq: int = 0) -> Sweep:
+    """Rows of one GPU / family / direction (``causal=None``: both), as curve points."""
+    keep = []
+    for r in rows:
+        d = r.data
+        if not d["shape_MxNxK"].startswith("seq=") or _gpu(d["gpu"]) != gpu:
+            continue
+        kv = _kv(d["shape_MxNxK"])
+        c = bool(kv.get("causal", 0))
+        if _family(d["kernel"]) != family or _direction(d["metric"]) != direction:
+            continue
+        if (causal is not None and c != causal) or kv["seq"] < min_seq:
+            continue
+        keep.append((r, AttnCurvePoint(kv["seq"], kv["hdim"], c,
+                                       float(d["value"]) / PEAK_TFLOPS[gpu])))
+    if not keep:
+        raise LookupError(f"no attention rows for {gpu} {family} {direction}")
+    return Sweep(tuple(r for r, _ in keep), tuple(p for _, p in keep))
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    curve: AttentionCurve
+    fit: FitResult
+
+
+def fit_curve(sw: Sweep, what: str, causal_eff: float = 1.0) -> CurveFit:
+    f = fit_attention_curve(sw.points, CAUSAL_BLOCK, fixed={"causal_eff": causal_eff})
+    dims = sorted({p.head_dim for p in sw.points})
+    src = (f"fit of AttentionCurve (eff = emax(hdim) * s/(s + s_half)) to {cite(sw.rows)} "
+           f"({what}; head dims {'/'.join(map(str, dims))}, seq "
+           f"{min(p.seq for p in sw.points)}-{max(p.seq for p in sw.points)}, non-causal); "
+           f"held-out (every 3rd point) MAPE {f.heldout_mape_pct:.1f}%")
+    emax = {str(d): f.coefficient(f"emax_{d}", "fraction", src) for d in dims}
+    return CurveFit(AttentionCurve(emax, f.coefficient("s_half", "tokens", src)), f)
+
+
+def causal_eff(more: Sequence[Row], a100_fa2: CurveFit) -> tuple[Coefficient, FitResult]:
+    """The one causal factor, fitted on the A100 FA2 causal rows with the non-causal curve
+    held fixed (H100 causal rows of all families are the held-out test)."""
+    sw = sweep(more, "A100", "fa2", "fwd+bwd", causal=True)
+    c = a100_fa2.curve
+    fixed = {f"emax_{d}": e.value for d, e in c.emax.items()}
+    fixed["s_half"] = c.s_half.value
+    f = fit_attention_curve(sw.points, CAUSAL_BLOCK, fixed=fixed)
+    return f.coefficient("causal_eff", "fraction", (
+        f"fit to {cite(sw.rows)} (A100 FlashAttention-2 fwd+bwd, causal, head dims 64/128) with "
+        f"the non-causal A100 curve held fixed: causal kernels lose this fraction to the "
+        f"scheduling imbalance of triangular work beyond the 2*s_half+{CAUSAL_BLOCK:g} "
+        "half-length; carried to every GPU and family (the H100 FA2/FA3/cuDNN causal rows "
+        "are its held-out test)")), f
+
+
+def scaled_curve(c: AttentionCurve, factor: Mapping[str, float], s_half: Coefficient,
+                 why: str) -> AttentionCurve:
+    emax = {d: Coefficient(e.value * factor.get(d, factor.get("*", 1.0)), e.unit,
+                           f"{why}: {e.source}") for d, e in c.emax.items()}
+    return AttentionCurve(emax, s_half)
+
+
+def constants(curves: Mapping[str, AttentionCurve], g: Coefficient, key: str
+              ) -> tuple[dict[str, Coefficient], dict[str, Coefficient]]:
+    """The constant fractions for callers that give no shape: each curve at REPRESENTATIVE."""
+    m = AttentionModel({}, {}, curves, g, Coefficient(CAUSAL_BLOCK, "tokens", CAUSAL_BLOCK_SRC))
+    fwd, bwd = {}, {}
+    rep = REPRESENTATIVE
+    for name in sorted(curves):
+        kernel, direction = name.split(":")
+        e = m.curve_eff(kernel, direction == "bwd", rep["seq_k"], rep["head_dim"], rep["causal"])
+        src = (f"the {name} curve at head_dim {rep['head_dim']}, causal, seq {rep['seq_k']}, for "
+               f"callers that give no shape; {curves[name].s_half.source}")
+        table = bwd if direction == "bwd" else fwd
+        for dt in ("bf16", "fp16"):
+            table[dt if kernel == "flash" else f"{kernel}:{dt}"] = Coefficient(e, "fraction", src)
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class AttentionRefs:
+    """Every fitted curve, keyed ``"<GPU>:<kernel>:<direction>"``, plus the causal factor."""
+
+    curves: Mapping[str, CurveFit]
+    causal: Coefficient
+    fits: Mapping[str, FitResult]
+
+
+def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row]) -> AttentionRefs:
+    c: dict[str, CurveFit] = {}
+    c["A100:flash:fb"] = fit_curve(sweep(more, "A100", "fa2", "fwd+bwd"),
+                                   "A100 FlashAttention-2 fwd+bwd, Dao-AILab README figure")
+    for fam, kernel, label in (("fa2", "flash", "FlashAttention-2"),
+                               ("cudnn", "flash3", "cuDNN fused attention")):
+        for d in ("fwd", "bwd"):
+            c[f"H100:{kernel}:{d}"] = fit_curve(sweep(more, "H100", fam, d),
+                                                f"H100 {label} {d}, FA3 paper figures")
+    c["B200:flash:fwd"] = fit_curve(
+        sweep(blackwell, "B200", "fa2", "fwd", min_seq=512),
+        "B200 FlashAttention-2 fwd, flash-attention#1589 and tritonbench#171; seq < 512 left "
+        "out: fewer query tiles than SMs there, an occupancy loss the curve does not model")
+    c["B200:flash:bwd"] = fit_curve(sweep(blackwell, "B200", "fa2", "bwd"),
+                                    "B200 FlashAttention-2 bwd, flash-attention#1589")
+    c["B200:flash3:fwd"] = fit_curve(
+        sweep(blackwell, "B200", "cudnn", "fwd"),
+        "B200 cuDNN fused attention fwd, flash-attention#2605; head dim 128 has one point "
+        "(seq 1k), extrapolated with the shared s_half: its emax sits ~5% above the best "
+        "Blackwell attention kernel published (FA4, kernels_more.csv line 277: 1613 TF = 71.7% "
+        "of 2250), so hd-128 forward may be up to ~5% optimistic")
+    g, gf = causal_eff(more, c["A100:flash:fb"])
+    fits = {f"attn_{k.replace(':', '_')}": v.fit for k, v in c.items()}
+    fits["attn_causal_eff"] = gf
+    return AttentionRefs(c, g, fits)
+
+
+def _blackwell_curves(refs: AttentionRefs) -> dict[str, AttentionCurve]:
+    c = refs.curves
+    fwd2, bwd2 = c["B200:flash:fwd"].curve, c["B200:flash:bwd"].curve
+    r128 = fwd2.emax["128"].value / fwd2.emax["64"].value
+    e64 = bwd2.emax["64"]
+    bwd2 = AttentionCurve({**bwd2.emax, "128": Coefficient(
+        e64.value * r128, "fraction", f"transferred: the hdim-64 backward value x {r128:.3f} "
+        f"(B200 FA2 forward hdim-128/hdim-64 ratio; no hdim-128 backward row): {e64.source}")},
+        bwd2.s_half)
+    f3 = c["B200:flash3:fwd"].curve
+    h_f, h_b = c["H100:flash3:fwd"].curve, c["H100:flash3:bwd"].curve
+    ratio = {d: f3.emax_at(int(d)) / h_f.emax_at(int(d)) for d in h_b.emax}
+    b3 = scaled_curve(h_b, ratio, Coefficient(
+        h_b.s_half.value, "tokens", f"transferred from H100 (no Blackwell cuDNN backward row): "
+        f"{h_b.s_half.source}"), "transferred: the H100 cuDNN backward emax x the B200/H100 "
+        "cuDNN forward emax ratio per head dim (no Blackwell cuDNN backward row in the data)")
+    return {"flash:fwd": fwd2, "flash:bwd": bwd2, "flash3:fwd": f3, "flash3:bwd": b3}
+
+
+def _relabel(curves: Mapping[str, AttentionCurve], why: str) -> dict[str, AttentionCurve]:
+    out = {}
+    for name, cv in curves.items():
+        emax = {d: Coefficient(e.value, e.unit, f"{why}: {e.source}", e.stderr,
+                               e.heldout_error_pct) for d, e in cv.emax.items()}
+        s = cv.s_half
+        out[name] = AttentionCurve(emax, Coefficient(s.value, s.unit, f"{why}: {s.source}",
+                                                     s.stderr, s.heldout_error_pct))
+    return out
+
+
+def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
+    """Curve-based AttentionModel for GPUs with attention sweeps (or a sibling's), else None."""
+    c = refs.curves
+    if key.startswith("a100"):
+        fb = c["A100:flash:fb"].curve
+        why = ("the sweep times fwd+bwd together (FLOPs 3.5x the forward): the same curve for "
+               "both directions reproduces the pair's total; the split between them is not "
+               "identified")
+        curves = _relabel({"flash:fwd": fb, "flash:bwd": fb}, why)
+    elif key in ("h100-sxm", "h200-sxm"):
+        curves = {k.split(":", 1)[1]: v.curve for k, v in c.items() if k.startswith("H100:")}
+        if key == "h200-sxm":
+            curves = _relabel(curves, "H200 = H100 compute (same GH100 die)")
+    elif key in ("b200", "gb200"):
+        curves = _blackwell_curves(refs)
+        if key == "gb200":
+            curves = _relabel(curves, "transferred from B200 (same Blackwell SM; no GB200 "
+                              "attention row), as a fraction of GB200's own peak")
+    else:
+        return None
+    fwd, bwd = constants(curves, refs.causal, key)
+    return AttentionModel(fwd, bwd, curves, refs.causal,
+                          Coefficient(CAUSAL_BLOCK, "tokens", CAUSAL_BLOCK_SRC))

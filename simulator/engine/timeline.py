@@ -1,0 +1,116 @@
+"""What the event engine records of a simulated step, for the trace and the Gantt picture.
+
+Every engine task becomes a record on its resource (``stage{s}.compute``, ``stage{s}.link``,
+and any resource a task is put on later, e.g. a host-dispatch stream), with its task id and
+dependencies. Derived records show what the tasks contain:
+
+* each collective inside a forward/backward pass (TP, CP, EP, FSDP's DP gathers), placed
+  at its offset in the pass (``PassCost.segments``), on ``stage{s}.comm.{group}``;
+* engine tasks of a group (DP gradient buckets, pipeline sends) also on that group's track;
+* every collective also on the links it crosses, ``stage{s}.link.{kind}``;
+* the memory of each stage over time (``counter`` records): weights, gradients, optimizer
+  state and workspace, plus each micro-batch's activations from the start of its forward
+  pass to the end of its backward pass.
+
+The timeline is built only when asked for (``simulate(keep_timeline=True)``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..cost.layer import group_links
+from ..memory.accounting import StageMemory
+from ..parallel.placement import GroupPlacement, stage_boundary
+from ..parallel.plan import Plan
+from ..hardware.specs import ClusterSpec
+from .events import Engine, Task
+from .stage_work import ChunkWork
+
+# engine task kinds that are a parallel group's communication (a task may also say
+# ``group=...`` in its meta)
+KIND_GROUP = {"dp_comm": "dp", "pp_send": "pp"}
+
+
+def build_timeline(eng: Engine, stages: list[list[ChunkWork]], memory: list[StageMemory],
+                   plan: Plan, cluster: ClusterSpec,
+                   groups: dict[str, GroupPlacement]) -> list[dict[str, Any]]:
+    links = {g: group_links(p) for g, p in groups.items()}
+    links["pp"] = group_links(stage_boundary(cluster, plan, groups["pp"].fabric)) \
+        if plan.pp > 1 else ()
+    out: list[dict[str, Any]] = []
+    for t in eng.tasks:
+        rec = task_record(t)
+        out.append(rec)
+        stage = int(rec.get("stage", 0))
+        group = t.meta.get("group") or KIND_GROUP.get(t.meta.get("kind", ""))
+        if group:
+            out += _comm_records(stage, group, t.name, t.start_s, t.end_s, links.get(group, ()),
+                                 {"task": t.tid})
+        elif t.meta.get("kind") in ("fwd", "bwd"):
+            ch = stages[stage][t.meta["chunk"]]
+            out += _pass_records(t, stage, ch.fwd if t.meta["kind"] == "fwd" else ch.bwd)
+    for s, mem in enumerate(memory):
+        out += _memory_counter(eng, s, mem, stages[s])
+    return out
+
+
+def task_record(t: Task) -> dict[str, Any]:
+    return {"name": t.name, "resource": t.resource, "start_s": t.start_s, "end_s": t.end_s,
+            "tid": t.tid, "deps": [d for d, _ in t.deps], **t.meta}
+
+
+def _comm_records(stage: int, group: str, name: str, start: float, end: float,
+                  links: tuple[str, ...], args: dict[str, Any]) -> list[dict[str, Any]]:
+    recs = [{"name": name, "resource": f"stage{stage}.comm.{group}", "start_s": start,
+             "end_s": end, "stage": stage, "kind": "collective", "group": group, **args}]
+    recs += [{"name": f"{group}: {name}", "resource": f"stage{stage}.link.{kind}",
+              "start_s": start, "end_s": end, "stage": stage, "kind": "link_use",
+              "group": group} for kind in links]
+    return recs
+
+
+def _pass_records(t: Task, stage: int, pc) -> list[dict[str, Any]]:
+    """The collectives inside one pass at their offsets; a collective's hidden part runs
+    on past its exposed part, alongside what follows it."""
+    out: list[dict[str, Any]] = []
+    cursor = t.start_s
+    for seg in pc.segments:
+        if seg.group and seg.comm_s > 0:
+            out += _comm_records(stage, seg.group, seg.name, cursor, cursor + seg.comm_s,
+                                 seg.links, {"pass": t.name, "task": t.tid,
+                                             "exposed_s": seg.exposed_s,
+                                             "bytes": seg.comm_bytes})
+        cursor += seg.duration_s
+    return out
+
+
+def _memory_counter(eng: Engine, s: int, mem: StageMemory,
+                    chunks: list[ChunkWork]) -> list[dict[str, Any]]:
+    """Bytes held by one rank of stage ``s`` over the step: weights, gradients, optimizer
+    state and the forward/backward workspace, plus each micro-batch's activations from its
+    forward start to its backward end; during the optimizer step its own transient instead
+    of the workspace (``StageMemory.total_bytes`` is the larger of the two peaks)."""
+    base = mem.state_bytes + mem.workspace_bytes
+    deltas: dict[float, float] = {0.0: 0.0}
+    opt = None
+    for t in eng.tasks:
+        if t.meta.get("stage") != s:
+            continue
+        kind = t.meta.get("kind")
+        if kind == "optimizer":
+            opt = t
+        elif kind in ("fwd", "bwd"):
+            act = chunks[t.meta["chunk"]].memory.act_bytes
+            at, sign = (t.start_s, 1.0) if kind == "fwd" else (t.end_s, -1.0)
+            deltas[at] = deltas.get(at, 0.0) + sign * act
+    points, level = [], base
+    for at in sorted(deltas):
+        level += deltas[at]
+        points.append((at, level))
+    if opt is not None:
+        after = [p for p in points if p[0] <= opt.start_s][-1][1]
+        points = [p for p in points if p[0] < opt.start_s or p[0] > opt.end_s]
+        points += [(opt.start_s, after - mem.workspace_bytes + mem.optimizer_step_bytes),
+                   (opt.end_s, after)]
+    return [{"counter": "memory_bytes", "stage": s, "t_s": at, "value": v}
+            for at, v in sorted(points)]

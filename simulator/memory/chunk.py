@@ -1,0 +1,88 @@
+"""Memory facts of one pipeline chunk (``ChunkMemory``) from the op graph, without pricing
+any op. The simulator (``engine.stage_work``) and the search's fast estimate
+(``search.space``) both build their chunks' memory here, so the two cannot disagree."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..parallel.plan import Plan, Recompute
+from ..workload.ops import (
+    LayerShape,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    loss_transient_bytes,
+)
+from ..workload.spec import TransformerSpec
+from .accounting import ChunkMemory, layer_activation_bytes, layer_transient_bytes
+
+
+def rank_layer_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float, float, float]:
+    """(parameters on one rank, of which replicated over the whole DP group, of which
+    decoder linear weights) for one layer: TP splits everything, EP the routed experts."""
+    if not model.is_moe_layer(layer):
+        p = model.layer_params(layer) / plan.tp
+        return p, p, (model.attention_params() + model.dense_mlp_params()) / plan.tp
+    moe = model.moe
+    per_expert = model.dense_mlp_params(moe.expert_ffn_hidden)
+    routed = moe.experts * per_expert
+    dense = (model.layer_params(layer) - routed) / plan.tp
+    linear = (model.attention_params() + moe.shared_experts * per_expert) / plan.tp \
+        + routed / (plan.ep * plan.tp)
+    return dense + routed / (plan.ep * plan.tp), dense, linear
+
+
+def _tokens_per_rank(model: TransformerSpec, sh: LayerShape) -> int:
+    t = sh.micro_batch * model.seq_len // sh.cp
+    return t // sh.tp if sh.sequence_parallel else t
+
+
+def first_of_kind(model: TransformerSpec, kind: tuple[bool, bool]) -> int:
+    """Index of the first layer of ``kind`` (``TransformerSpec.layer_kind``: MoE, local
+    attention); layers of one kind have the same ops and parameters."""
+    return next((i for i in range(model.n_layers) if model.layer_kind(i) == kind), 0)
+
+
+@lru_cache(maxsize=4096)
+def layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
+                 kind: tuple[bool, bool]) -> tuple[float, float]:
+    """(activation bytes one layer of ``kind`` keeps per micro-batch, its backward working
+    set)."""
+    fwd = layer_ops(model, sh, first_of_kind(model, kind))
+    input_bytes = _tokens_per_rank(model, sh) * model.hidden * sh.act_bytes
+    return (layer_activation_bytes(fwd, recompute, input_bytes),
+            layer_transient_bytes(fwd, recompute, sh.act_bytes))
+
+
+@lru_cache(maxsize=4096)
+def edge_memory(model: TransformerSpec, sh: LayerShape, first: bool,
+                last: bool) -> tuple[float, float, float]:
+    """(bytes the embedding / output layer / loss keep per micro-batch, of which the
+    output layer and loss, the loss's own peak)."""
+    emb = sum(o.saved_bytes for o in embedding_ops(model, sh)) if first else 0.0
+    head = sum(o.saved_bytes for o in head_ops(model, sh)) if last else 0.0
+    return emb + head, head, (loss_transient_bytes(model, sh) if last else 0.0)
+
+
+def chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: list[int],
+                 first: bool, last: bool) -> ChunkMemory:
+    """Memory facts of a chunk holding ``layers`` (``first``: it has the embedding;
+    ``last``: the output layer and the loss)."""
+    emb = model.vocab * model.hidden / plan.tp
+    out = (emb if not (model.tied_embeddings and first) else 0.0) + model.hidden   # + final norm
+    edge = (emb if first else 0.0) + (out if last else 0.0)
+    params = dense = edge
+    linear = act = transient = biggest = 0.0
+    kinds: dict[tuple[bool, bool], int] = {}
+    for i in layers:
+        kinds[model.layer_kind(i)] = kinds.get(model.layer_kind(i), 0) + 1
+    for kind, n in sorted(kinds.items()):
+        p, d, lin = rank_layer_params(model, plan, first_of_kind(model, kind))
+        a, t = layer_memory(model, sh, plan.recompute, kind)
+        params, dense, linear, act = params + n * p, dense + n * d, linear + n * lin, act + n * a
+        transient, biggest = max(transient, t), max(biggest, p)
+    saved, head, loss = edge_memory(model, sh, first, last)
+    return ChunkMemory(params=params, dense_params=dense, linear_params=linear, edge_params=edge,
+                       max_layer_params=biggest, act_bytes=act + saved,
+                       layer_transient_bytes=transient, loss_transient_bytes=loss,
+                       head_saved_bytes=head)

@@ -1,0 +1,58 @@
+"""A plan under a named framework's defaults: ``with_framework(plan, name, keep)`` fills every
+field the user did not state (``keep`` names those they did) from ``frameworks.json``:
+the ZeRO stage (distributed optimizer / FSDP), attention kernel, overlaps, pipeline send
+style, DeepSpeed's BF16_Optimizer passes, the memory conventions, and how the host issues
+kernels (launch mode and host mechanisms, ``frameworks.json`` "host")."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import InvalidInputError
+from ..frameworks import HOST, framework_defaults, framework_memory, framework_names
+from ..hardware.specs import Dtype
+from .conventions import conventions_for
+from .plan import Plan
+
+BEHAVIOUR_FIELDS = ("attention", "dp_overlap", "tp_overlap", "pp_scatter_gather",
+                    "pp_blocking_p2p", "grad_accum_bytes_per_param", "zero1_allreduce",
+                    "sequence_parallel", "host_mode", "host_mechanisms")
+
+
+def host_settings(name: str, bf16: bool) -> dict[str, object]:
+    """Framework ``name``'s launch mode and host mechanisms (``frameworks.json`` "host");
+    DeepSpeed's bf16 gradient loop runs only in bf16 runs."""
+    h = HOST.framework(name)
+    mech = tuple(m for m in h.mechanisms if bf16 or m != "deepspeed_bf16_grad_loop")
+    return {"host_mode": h.mode, "host_mechanisms": mech}
+
+
+def check_framework(name: str) -> None:
+    """Raise ``InvalidInputError`` unless ``name`` is a framework we know."""
+    try:
+        framework_memory(name)
+    except KeyError:
+        raise InvalidInputError("framework", name, ", ".join(framework_names())) from None
+
+
+def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = frozenset(),
+                   grad_dtype: Dtype | str | None = None, strict: bool = True) -> Plan:
+    """``plan`` with the fields not in ``keep`` set to framework ``name``'s defaults.
+    ``grad_dtype`` (explicit) overrides the framework's gradient dtype. Unknown names raise
+    ``InvalidInputError`` when ``strict``, else get the "default" conventions."""
+    if strict:
+        check_framework(name)
+    try:
+        mem = framework_memory(name)
+    except KeyError:
+        mem = framework_memory("")
+    beh = framework_defaults(name)
+    bf16 = plan.precision == Dtype.BF16
+    values = {"attention": beh.attention, "dp_overlap": beh.dp_overlap,
+              "tp_overlap": beh.tp_overlap, "pp_scatter_gather": beh.pp_scatter_gather,
+              "pp_blocking_p2p": beh.pp_blocking_p2p,
+              "grad_accum_bytes_per_param": beh.grad_accum_bytes_per_param if bf16 else 0.0,
+              "zero1_allreduce": beh.zero1_allreduce and bf16,
+              "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,
+              "zero_stage": mem.zero_stage, **host_settings(name, bf16)}
+    fields = {k: v for k, v in values.items() if k not in keep}
+    return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)

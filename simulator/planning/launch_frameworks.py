@@ -1,0 +1,241 @@
+"""A chosen plan as a NeMo 2 recipe, a torchtitan job TOML and a torch FSDP2 sketch.
+
+* NeMo 2 (``nemo.collections.llm`` + ``nemo_run``): the model's own recipe module when
+  NeMo ships one (``llm.<recipe>.pretrain_recipe``), its ``trainer.strategy``
+  (``MegatronStrategy``) parallel sizes, ``data`` batch sizes and ``model.config``
+  recompute settings; other models get a ``llm.GPTConfig`` with the family's
+  ``TransformerConfig`` fields.
+* torchtitan: the TOML job config of torchtitan 0.2 (``--job.config_file``; sections
+  ``job``, ``model``, ``training``, ``parallelism``, ``activation_checkpoint``). torchtitan
+  0.3 replaced TOML files by Python config functions; the same keys are its
+  ``--<section>.<key>`` command-line overrides.
+* FSDP2 sketch: a device mesh ``pp x dp x tp`` (``dp`` split ``dp_mod_ep x ep`` for MoE),
+  ``torch.distributed.pipelining`` stages and schedule, tensor parallelism, experts sharded
+  over ``ep`` and FSDP over the rest -- torchtitan's layout.
+"""
+from __future__ import annotations
+
+from ..engine.stage_work import partition_layers
+from ..hardware.specs import Dtype
+from ..parallel.plan import Plan, Recompute
+from ..workload.presets import PRESETS
+from ..workload.spec import MLP, Norm, Position, TransformerSpec
+
+# preset -> NeMo 2 recipe module (nemo/collections/llm/recipes/<name>.py)
+NEMO_RECIPES = {"llama2-7b": "llama2_7b", "llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b",
+                "llama3-405b": "llama31_405b", "mixtral-8x7b": "mixtral_8x7b",
+                "deepseek-v2": "deepseek_v2", "deepseek-v3": "deepseek_v3",
+                "gemma2-9b": "gemma2_9b", "gpt3-175b": "gpt3_175b",
+                "nemotron4-340b": "nemotron4_340b"}
+# preset -> torchtitan 0.2 (model.name, model.flavor)
+TORCHTITAN_MODELS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"),
+                     "llama3-405b": ("llama3", "405B"), "deepseek-v2": ("deepseek_v3", "236B"),
+                     "deepseek-v3": ("deepseek_v3", "671B")}
+
+
+def _preset_key(m: TransformerSpec) -> str | None:
+    """The preset this spec is (name and parameter count agree), if any."""
+    ref = PRESETS.get(m.name)
+    return m.name if ref is not None and ref.total_params() == m.total_params() else None
+
+
+def _dtype_name(p: Plan) -> str:
+    return {Dtype.FP16: "float16", Dtype.FP32: "float32"}.get(p.precision, "bfloat16")
+
+
+# ---- NeMo 2 -------------------------------------------------------------------------------
+def _gpt_config_fields(m: TransformerSpec) -> list[str]:
+    f = [f"num_layers={m.n_layers}", f"hidden_size={m.hidden}", f"ffn_hidden_size={m.ffn_hidden}",
+         f"num_attention_heads={m.n_heads}", f"num_query_groups={m.n_kv_heads}",
+         f"kv_channels={m.head_dim}", f"seq_length={m.seq_len}",
+         f"normalization={'RMSNorm' if m.norm == Norm.RMSNORM else 'LayerNorm'!r}",
+         "position_embedding_type=" + repr("rope" if m.position == Position.ROPE else "learned_absolute"),
+         f"add_bias_linear={m.linear_bias}", f"add_qkv_bias={m.qkv_bias}",
+         f"gated_linear_unit={m.mlp == MLP.SWIGLU}",
+         f"share_embeddings_and_output_weights={m.tied_embeddings}"]
+    if m.mlp == MLP.SWIGLU:
+        f.append("activation_func=F.silu")
+    if m.moe is not None:
+        f += [f"num_moe_experts={m.moe.experts}", f"moe_router_topk={m.moe.top_k}",
+              f"moe_ffn_hidden_size={m.moe.expert_ffn_hidden}", "moe_grouped_gemm=True",
+              "moe_token_dispatcher_type='alltoall'"]
+    return f
+
+
+def nemo_recipe(m: TransformerSpec, p: Plan, nodes: int, gpus_per_node: int) -> str:
+    key = _preset_key(m)
+    recipe = NEMO_RECIPES.get(key or "")
+    base = recipe or "llama3_8b"
+    lines = ["# NeMo 2 recipe (nemo.collections.llm + nemo_run) for the chosen plan",
+             "import nemo_run as run",
+             "import torch.nn.functional as F  # activation functions for GPTConfig",
+             "from nemo.collections import llm",
+             "from nemo.collections.llm.recipes.precision.mixed_precision import "
+             + ("bf16_with_fp8_mixed" if p.precision == Dtype.FP8 else "bf16_mixed"),
+             "",
+             f'recipe = llm.{base}.pretrain_recipe(name="complexity_plan", num_nodes={nodes}, '
+             f"num_gpus_per_node={gpus_per_node})"]
+    if recipe is None:
+        fields = ",\n    ".join(_gpt_config_fields(m))
+        lines.append(f"# no NeMo recipe for {m.name}: a GPT model with its architecture\n"
+                     f"recipe.model = run.Config(llm.GPTModel, config=run.Config(\n"
+                     f"    llm.GPTConfig,\n    {fields}))")
+    s = "recipe.trainer.strategy."
+    lines += [f"{s}tensor_model_parallel_size = {p.tp}", f"{s}pipeline_model_parallel_size = {p.pp}",
+              f"{s}virtual_pipeline_model_parallel_size = {p.vpp if p.vpp > 1 else None}",
+              f"{s}context_parallel_size = {p.cp}", f"{s}expert_model_parallel_size = {p.ep}",
+              f"{s}sequence_parallel = {p.sequence_parallel}",
+              f"recipe.data.seq_length = {m.seq_len}", f"recipe.model.config.seq_length = {m.seq_len}",
+              f"recipe.data.micro_batch_size = {p.micro_batch}",
+              f"recipe.data.global_batch_size = {p.global_batch}"]
+    if p.recompute != Recompute.NONE:
+        lines.append(f"recipe.model.config.recompute_granularity = {p.recompute.value!r}")
+    if p.recompute == Recompute.FULL:
+        lines += ["recipe.model.config.recompute_method = 'uniform'",
+                  "recipe.model.config.recompute_num_layers = 1"]
+    lines += ["recipe.trainer.plugins = " + ("bf16_with_fp8_mixed()" if p.precision == Dtype.FP8
+                                             else "bf16_mixed()"),
+              f'run.run(recipe, executor=run.LocalExecutor(ntasks_per_node={gpus_per_node}, '
+              'launcher="torchrun"))']
+    return "\n".join(lines) + "\n"
+
+
+# ---- torchtitan ---------------------------------------------------------------------------
+def _dp_degrees(p: Plan) -> tuple[int, int, str]:
+    """(replicate, shard, fsdp_reshard_after_forward): DDP for ZeRO-0, FSDP2 otherwise
+    (ZeRO-1/2 have no torchtitan mode: FSDP that keeps weights after forward is closest)."""
+    if p.zero_stage == 0:
+        return p.dp, 1, "default"
+    return 1, p.dp, "default" if p.zero_stage >= 3 else "never"
+
+
+def torchtitan_toml(m: TransformerSpec, p: Plan) -> str:
+    key = _preset_key(m)
+    name, flavor = TORCHTITAN_MODELS.get(key or "", (m.name, "custom"))
+    rep, shard, reshard = _dp_degrees(p)
+    local = p.global_batch // p.dp
+    lines = ["# torchtitan job config (0.2 TOML schema): torchrun ... -m torchtitan.train "
+             "--job.config_file plan.toml"]
+    if (key or "") not in TORCHTITAN_MODELS:
+        lines.append(f"# torchtitan ships no {m.name} model: register it (experimental.custom_import) "
+                     "under this name and flavor")
+    lines += ["[job]", 'dump_folder = "./outputs"', f'description = "complexity plan: {m.name}"', "",
+              "[model]", f'name = "{name}"', f'flavor = "{flavor}"']
+    if p.precision == Dtype.FP8:
+        lines.append('converters = ["quantize.linear.float8"]')
+    lines += ["", "[training]", f"local_batch_size = {local}", f"global_batch_size = {p.global_batch}",
+              f"seq_len = {m.seq_len}",
+              'mixed_precision_param = "' + ("float32" if p.precision == Dtype.FP32 else "bfloat16")
+              + '"' + ("   # torchtitan has no fp16 training" if p.precision == Dtype.FP16 else ""),
+              'mixed_precision_reduce = "float32"', "",
+              "[parallelism]", f"data_parallel_replicate_degree = {rep}",
+              f"data_parallel_shard_degree = {shard}", f'fsdp_reshard_after_forward = "{reshard}"',
+              f"tensor_parallel_degree = {p.tp}", f"pipeline_parallel_degree = {p.pp}",
+              f"context_parallel_degree = {p.cp}", f"expert_parallel_degree = {p.ep}"]
+    if p.ep > 1 and p.tp > 1:            # experts sliced over TP too, as simulated (ETP = TP)
+        lines.append(f"expert_tensor_parallel_degree = {p.tp}")
+    if p.pp > 1:
+        sched = "Interleaved1F1B" if p.vpp > 1 else "1F1B"
+        lines += [f'pipeline_parallel_schedule = "{sched}"',
+                  f"pipeline_parallel_microbatch_size = {p.micro_batch}"]
+        if m.n_layers % (p.pp * p.vpp) == 0:
+            lines.append(f"pipeline_parallel_layers_per_stage = {m.n_layers // (p.pp * p.vpp)}")
+    mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[p.recompute]
+    lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
+    if p.recompute == Recompute.SELECTIVE:
+        lines.append('selective_ac_option = "op"')
+    return "\n".join(lines) + "\n"
+
+
+# ---- FSDP2 sketch -------------------------------------------------------------------------
+def _mesh(p: Plan) -> tuple[list[str], list[int]]:
+    names, sizes = ["pp"], [p.pp]
+    if p.ep > 1:
+        names += ["dp_mod_ep", "ep"]
+        sizes += [p.dp // p.ep, p.ep]
+    else:
+        names.append("dp")
+        sizes.append(p.dp)
+    if p.cp > 1:
+        names.append("cp")
+        sizes.append(p.cp)
+    return names + ["tp"], sizes + [p.tp]
+
+
+def fsdp_sketch(m: TransformerSpec, p: Plan) -> str:
+    names, sizes = _mesh(p)
+    chunks = p.pp * p.vpp
+    sched = "ScheduleInterleaved1F1B" if p.vpp > 1 else "Schedule1F1B"
+    reshard = p.zero_stage >= 3
+    L = [f"# torch >= 2.6 sketch of the plan: {' x '.join(f'{n}={s}' for n, s in zip(names, sizes))}"
+         f" ({m.n_layers} blocks, {chunks} pipeline chunk(s))",
+         "import torch",
+         "from torch.distributed.device_mesh import init_device_mesh",
+         "from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard",
+         f"from torch.distributed.pipelining import PipelineStage, {sched}",
+         "from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,",
+         "                                               SequenceParallel, parallelize_module)",
+         "",
+         f"mesh = init_device_mesh(\"cuda\", {tuple(sizes)}, mesh_dim_names={tuple(names)})"]
+    if p.ep > 1:
+        L.append('dp_mesh = mesh["dp_mod_ep", "ep"]._flatten("dp")   # dense params: FSDP over all DP ranks')
+    else:
+        L.append('dp_mesh = mesh["dp"]')
+    L += ['pp_rank, pp_size = mesh["pp"].get_local_rank(), mesh["pp"].size()',
+          f"mp = MixedPrecisionPolicy(param_dtype=torch.{_dtype_name(p)}, reduce_dtype=torch.float32)",
+          "model = build_model()       # your module: .layers (blocks), .embed, .head",
+          f"# pipeline: {chunks} chunks of layers (the simulated split); this rank holds "
+          f"chunks pp_rank, pp_rank + {p.pp}, ...",
+          f"bounds = {_bounds(m.n_layers, chunks)}",
+          f"chunk_ids = list(range(pp_rank, {chunks}, pp_size))",
+          "stages = []",
+          "for c in chunk_ids:",
+          "    part = build_chunk(model, range(bounds[c], bounds[c + 1]),",
+          f"                       first=c == 0, last=c == {chunks - 1})",
+          "    for i, block in enumerate(part.layers):"]
+    L += _tp_lines(p) + _ep_lines(m, p) + _ckpt_lines(p)
+    L += [f"        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward={reshard})",
+          f"    fully_shard(part, mesh=dp_mesh, mp_policy=mp, reshard_after_forward={reshard})",
+          f"    stages.append(PipelineStage(part, c, {chunks}, torch.device('cuda')))",
+          f"n_micro = {p.global_batch // (p.micro_batch * p.dp)}   # micro-batches of {p.micro_batch} x "
+          f"{m.seq_len} tokens per step",
+          f"schedule = {sched}({'stages' if p.vpp > 1 else 'stages[0]'}, n_microbatches=n_micro, "
+          "loss_fn=loss_fn)",
+          "# each step: schedule.step(inputs) on the first stage, schedule.step(target=labels) on the last"]
+    return "\n".join(L) + "\n"
+
+
+def _bounds(n_layers: int, chunks: int) -> list[int]:
+    parts = partition_layers(n_layers, chunks)
+    return [c[0] for c in parts] + [n_layers]
+
+
+def _tp_lines(p: Plan) -> list[str]:
+    if p.tp == 1:
+        return []
+    norm = "SequenceParallel()" if p.sequence_parallel else "None"
+    return ['        parallelize_module(block, mesh["tp"], {   # Megatron-style column/row split',
+            '            "attn.qkv": ColwiseParallel(), "attn.out": RowwiseParallel(),',
+            '            "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel(),',
+            f'            "norm": {norm}}})']
+
+
+def _ep_lines(m: TransformerSpec, p: Plan) -> list[str]:
+    if m.moe is None:
+        return []
+    if p.ep == 1:
+        return [f"        # MoE: all {m.moe.experts} experts on every rank (ep=1)"]
+    return [f"        # MoE: {m.moe.experts // p.ep} of {m.moe.experts} experts per rank; tokens "
+            'all-to-all over mesh["ep"]',
+            "        if hasattr(block, \"moe\"):",
+            "            shard_experts(block.moe.experts, mesh[\"ep\"])   # keep experts "
+            "[ep_rank * E/ep, (ep_rank+1) * E/ep)",
+            "            fully_shard(block.moe.experts, mesh=mesh[\"dp_mod_ep\"], mp_policy=mp)"]
+
+
+def _ckpt_lines(p: Plan) -> list[str]:
+    if p.recompute == Recompute.NONE:
+        return []
+    return ["        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import "
+            "checkpoint_wrapper",
+            f"        part.layers[i] = block = checkpoint_wrapper(block)   # recompute ({p.recompute.value})"]

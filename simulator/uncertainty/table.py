@@ -1,0 +1,164 @@
+"""Model-form error: how wrong the model is in a regime, from validation residuals.
+
+The table is the validation rows themselves (regime, log residual ``ln(predicted /
+measured)``, the row's own coefficient spread) plus a few learned numbers
+(``Hyper``). The model-form variance of a new prediction in regime ``x`` is a
+similarity-weighted mean of the rows' excess squared residuals, shrunk towards a prior:
+
+    w_i    = prod over features f of similarity[f] where row i differs from x in f (else 1)
+    e_i    = r_i^2 - c_i^2      (the part of the squared residual coefficient uncertainty
+                                 does not already explain)
+    v(x)   = max(0, (sum_i w_i e_i + prior_rows * prior_var) / (sum_i w_i + prior_rows))
+    prior_var = prior_scale^2 * (mean over sources of the source's mean e_i)
+
+A regime far from every validated row (small ``sum w``) falls back on the prior, which
+``prior_scale`` (learned by leaving whole sources out) makes as wide as the error on a
+source never seen. The squared residual counts a row's bias as spread: the interval is
+centred on the point prediction, which is never shifted.
+
+The learning itself (``simulator.uncertainty.learn``) needs numpy; reading the shipped
+table and evaluating ``v(x)`` here is plain Python.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import InvalidInputError
+from .regime import FEATURES, UNKNOWN, Regime
+
+SCHEMA_VERSION = 1
+SHIPPED_TABLE = Path(__file__).resolve().parent / "data" / "model_form.json"
+
+
+def _r6(v: float) -> float:
+    return float(f"{v:.6g}")
+
+
+@dataclass(frozen=True)
+class ResidualRecord:
+    """One validation row: ``log_residual`` = ln(predicted / measured step time)."""
+
+    row_id: str
+    source: str
+    regime: Regime
+    log_residual: float
+    coef_sigma_log: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "log_residual", _r6(self.log_residual))
+        object.__setattr__(self, "coef_sigma_log", _r6(self.coef_sigma_log))
+
+    @property
+    def excess_var(self) -> float:
+        return self.log_residual ** 2 - self.coef_sigma_log ** 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.row_id, "source": self.source, "regime": self.regime.as_dict(),
+                "log_residual": self.log_residual, "coef_sigma_log": self.coef_sigma_log}
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """``similarity[f]`` in (0, 1]: weight of a row that differs in feature ``f`` (1 = the
+    feature does not matter); ``prior_rows``: pseudo-rows of prior; ``prior_scale``: prior
+    standard deviation over the source-balanced pooled one."""
+
+    similarity: Mapping[str, float]
+    prior_rows: float
+    prior_scale: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"similarity": {f: self.similarity[f] for f in FEATURES},
+                "prior_rows": self.prior_rows, "prior_scale": self.prior_scale}
+
+
+def pooled_excess_var(records: Sequence[ResidualRecord]) -> float:
+    """Mean over sources of each source's mean excess variance (each source counts once)."""
+    by: dict[str, list[float]] = {}
+    for r in records:
+        by.setdefault(r.source, []).append(r.excess_var)
+    if not by:
+        return 0.0
+    return max(0.0, sum(sum(v) / len(v) for v in by.values()) / len(by))
+
+
+def similarity_weight(a: Regime, b: Regime, similarity: Mapping[str, float]) -> float:
+    w = 1.0
+    for f in FEATURES:
+        x, y = getattr(a, f), getattr(b, f)
+        if x != y and UNKNOWN not in (x, y):
+            w *= similarity[f]
+    return w
+
+
+@dataclass(frozen=True)
+class ModelFormTable:
+    records: tuple[ResidualRecord, ...]
+    hyper: Hyper
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def prior_var(self) -> float:
+        return self.hyper.prior_scale ** 2 * pooled_excess_var(self.records)
+
+    def sigma_log(self, regime: Regime) -> float:
+        """Model-form standard deviation of ln(step time) in ``regime``."""
+        k = self.hyper.prior_rows
+        num, den = k * self.prior_var, k
+        for r in self.records:
+            w = similarity_weight(regime, r.regime, self.hyper.similarity)
+            num += w * r.excess_var
+            den += w
+        return math.sqrt(max(0.0, num / den)) if den > 0 else 0.0
+
+    # ---- JSON ----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION,
+                "what": "model-form error of the step-time prediction by regime; read by "
+                        "simulator.uncertainty (see simulator/uncertainty/table.py)",
+                "provenance": dict(self.provenance), "hyper": self.hyper.to_dict(),
+                "records": [r.to_dict() for r in self.records]}
+
+    def write_json(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        return p
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelFormTable":
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise InvalidInputError("uncertainty_table.schema_version", d.get("schema_version"),
+                                    f"schema version {SCHEMA_VERSION} (regenerate with "
+                                    "`complexity report --ship-uncertainty`)")
+        h = d["hyper"]
+        hyper = Hyper({f: float(h["similarity"][f]) for f in FEATURES},
+                      float(h["prior_rows"]), float(h["prior_scale"]))
+        recs = tuple(ResidualRecord(r["id"], r["source"], Regime.from_dict(r["regime"]),
+                                    float(r["log_residual"]), float(r["coef_sigma_log"]))
+                     for r in d["records"])
+        return cls(recs, hyper, dict(d.get("provenance", {})))
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> "ModelFormTable":
+        p = Path(path)
+        try:
+            return cls.from_dict(json.loads(p.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidInputError("uncertainty_table", str(p),
+                                    "a table written by `complexity report`", str(exc)) from None
+
+
+_CACHE: dict[str, ModelFormTable] = {}
+
+
+def load_table(path: str | Path | None = None) -> ModelFormTable:
+    """The shipped table (``simulator/uncertainty/data/model_form.json``) or ``path``."""
+    p = str(Path(path) if path else SHIPPED_TABLE)
+    if p not in _CACHE:
+        _CACHE[p] = ModelFormTable.read_json(p)
+    return _CACHE[p]

@@ -1,0 +1,100 @@
+"""Fused-attention efficiency against sequence length, head dimension and causal masking:
+fitted curves checked on held-out points and on rows no fit used.
+
+Rows: hardware_db/data/measurements/kernels_more.csv (A100/H100, FA2/FA3/cuDNN) and
+attention_blackwell.csv (B200), header = line 1. Efficiencies are fractions of the 16-bit
+dense peak; causal FLOPs are half the square (the FlashAttention papers' convention).
+"""
+from __future__ import annotations
+
+import pytest
+
+import hardware_db
+from calibrate.csvrows import load_rows
+from calibrate.reference_attention import build_attention_refs, sweep
+from simulator.cost.kernels import attention_time_s
+
+MORE, BLACKWELL = load_rows("kernels_more.csv"), load_rows("attention_blackwell.csv")
+REFS = build_attention_refs(MORE, BLACKWELL)
+
+
+def mape(pairs):
+    return 100 * sum(abs(p / m - 1) for p, m in pairs) / len(pairs)
+
+
+def test_every_curve_predicts_its_heldout_points_within_5_percent():
+    """Each (GPU, family, direction) sweep: every third point held out of the fit."""
+    for name, fit in REFS.fits.items():
+        if name.startswith("attn_") and name != "attn_causal_eff":
+            assert fit.heldout_mape_pct is not None and fit.heldout_mape_pct < 7.0, name
+
+
+def test_causal_rows_follow_from_the_non_causal_curves():
+    """H100 causal rows of FA2 / cuDNN, fwd and bwd (kernels_more.csv 113-135, 159-181 and
+    their bwd panels are non-causal only): predicted from the non-causal curve with the
+    half-length 2*s_half + 128 and the one causal factor fitted on A100 (never on H100)."""
+    prof = hardware_db.load_profile("h100-sxm")
+    pairs = []
+    for fam, kernel in (("fa2", "flash"), ("cudnn", "flash3")):
+        sw = sweep(MORE, "H100", fam, "fwd", causal=True)
+        for p in sw.points:
+            pairs.append((prof.attn_eff("bf16", False, kernel, p.seq, p.head_dim, True), p.eff))
+    assert len(pairs) >= 30
+    assert mape(pairs) < 8.0
+
+
+def test_fwd_and_bwd_curves_reproduce_the_separate_fwd_plus_bwd_sweep():
+    """kernels_more.csv 46-89 time FA2 fwd+bwd on H100 together (3.5x the forward FLOPs);
+    no curve used them. From the separately fitted fwd and bwd curves:
+    eff_fb = 3.5 / (1/eff_fwd + 2.5/eff_bwd)."""
+    prof = hardware_db.load_profile("h100-sxm")
+    pairs = []
+    for causal in (False, True):
+        for p in sweep(MORE, "H100", "fa2", "fwd+bwd", causal=causal).points:
+            f = prof.attn_eff("bf16", False, "flash", p.seq, p.head_dim, p.causal)
+            b = prof.attn_eff("bf16", True, "flash", p.seq, p.head_dim, p.causal)
+            pairs.append((3.5 / (1 / f + 2.5 / b), p.eff))
+    assert len(pairs) == 24
+    assert mape(pairs) < 10.0
+
+
+def test_blackwell_causal_cudnn_rows_are_predicted_without_a_fit():
+    """attention_blackwell.csv causal cuDNN rows (not fitted): B200 non-causal curve + the
+    A100-fitted causal factor."""
+    prof = hardware_db.load_profile("b200")
+    pts = sweep(BLACKWELL, "B200", "cudnn", "fwd", causal=True).points
+    pairs = [(prof.attn_eff("bf16", False, "flash3", p.seq, p.head_dim, True), p.eff)
+             for p in pts]
+    assert len(pairs) == 5
+    assert mape(pairs) < 12.0
+
+
+def test_fa2_on_blackwell_runs_at_about_15_percent_of_peak():
+    """flash-attention#1589: FA2 has no Blackwell kernels; B200 forward ~310-380 TF of 2250.
+    TE's cuDNN attention on B200 runs ~3x faster at the same shape."""
+    prof = hardware_db.load_profile("b200")
+    fa2 = prof.attn_eff("bf16", False, "flash", 4096, 64, False)
+    cudnn = prof.attn_eff("bf16", False, "flash3", 4096, 64, False)
+    assert 0.12 < fa2 < 0.19
+    assert 2.5 < cudnn / fa2 < 3.5
+
+
+def test_efficiency_rises_with_sequence_length_and_causal_is_slower():
+    prof = hardware_db.load_profile("h100-sxm")
+    effs = [prof.attn_eff("bf16", False, "flash3", s, 128, False) for s in (512, 2048, 8192, 65536)]
+    assert effs == sorted(effs)
+    assert prof.attn_eff("bf16", False, "flash3", 4096, 128, True) < effs[1] * 1.05
+    # long context tends to emax: from 16k to 128k the kernel gains < 2%
+    e16, e128 = (prof.attn_eff("bf16", True, "flash3", s, 128, True) for s in (16384, 131072))
+    assert 1.0 < e128 / e16 < 1.05
+
+
+def test_attention_time_uses_the_call_shape():
+    gpu, prof = hardware_db.load_gpu("h100-sxm"), hardware_db.load_profile("h100-sxm")
+    f = 1e12
+    short = attention_time_s(f, "bf16", False, gpu, prof, "flash3", 512, 128, True)
+    long = attention_time_s(f, "bf16", False, gpu, prof, "flash3", 8192, 128, True)
+    assert short > 1.3 * long
+    # no shape given: the constant fraction (the curve at hd 128, causal, 4k)
+    assert attention_time_s(f, "bf16", False, gpu, prof, "flash3") == pytest.approx(
+        attention_time_s(f, "bf16", False, gpu, prof, "flash3", 4096, 128, True), rel=1e-4)

@@ -1,0 +1,129 @@
+"""Clean shutdown: SIGTERM / Ctrl-C stop search's worker processes and exit 143 / 130 with
+one line; an interrupted ``predict --out`` keeps its finished rows and resumes without
+recomputing them."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import commands
+from simulator.cli.main import main
+
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+RUNS = REPO / "validation" / "published_runs.csv"
+
+
+def _tiny_runs(tmp_path: Path, n: int = 3) -> Path:
+    with RUNS.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    small = [r for r in rows if r["id"].startswith("megatron_sc21_0")][:n]
+    out = tmp_path / "runs.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(small)
+    return out
+
+
+def test_interrupted_predict_resumes_without_recomputing(tmp_path, monkeypatch, capsys):
+    runs = _tiny_runs(tmp_path)
+    real = commands.predict_row
+    calls: list[str] = []
+
+    def interrupt_on_second(row, *a):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(row["id"])
+        return real(row, *a)
+
+    out = tmp_path / "out.csv"
+    monkeypatch.setattr(commands, "predict_row", interrupt_on_second)
+    assert main(["predict", "--runs", str(runs), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and "1 of 3 rows kept" in err
+    partial = tmp_path / "out.csv.partial"
+    assert not out.exists() and len(partial.read_text().splitlines()) == 2   # header + row
+
+    def counting(row, *a):
+        calls.append(row["id"])
+        return real(row, *a)
+
+    finished = calls[0]
+    calls.clear()
+    monkeypatch.setattr(commands, "predict_row", counting)
+    assert main(["predict", "--runs", str(runs), "--out", str(out), "--quiet"]) == 0
+    assert len(calls) == 2 and finished not in calls        # the finished row was reused
+    assert out.exists() and not partial.exists()
+    fresh = tmp_path / "fresh.csv"
+    assert main(["predict", "--runs", str(runs), "--out", str(fresh), "--quiet"]) == 0
+    assert out.read_bytes() == fresh.read_bytes()
+
+
+def test_a_finished_output_is_never_reused(tmp_path, monkeypatch):
+    runs = _tiny_runs(tmp_path, 2)
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--runs", str(runs), "--out", str(out), "--quiet"]) == 0
+    calls = []
+    real = commands.predict_row
+    monkeypatch.setattr(commands, "predict_row", lambda r, *a: calls.append(1) or real(r, *a))
+    assert main(["predict", "--runs", str(runs), "--out", str(out), "--quiet"]) == 0
+    assert len(calls) == 2
+
+
+def _children(pid: int) -> set[int]:
+    kids = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.add(int(d.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig, rc, word", [(signal.SIGTERM, 143, "terminated"),
+                                           (signal.SIGINT, 130, "interrupted")])
+def test_search_stopped_by_a_signal_leaves_no_process(sig, rc, word):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simulator.cli.main", "search", "--model", "gpt3-175b",
+         "--gpu", "a100-sxm-80gb", "--gpus", "512", "--global-batch", "1536", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    kids: set[int] = set()
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        kids = _children(proc.pid)
+        if len(kids) >= 2:
+            break
+        time.sleep(0.05)
+    if proc.poll() is not None or len(kids) < 2:
+        proc.kill()
+        pytest.fail(f"the search never started its worker pool (children {kids})")
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)    # hangs if a worker kept stdout open
+    assert proc.returncode == rc, err
+    lines = err.decode().strip().splitlines()
+    assert lines == [f"complexity search: {word}"], lines
+    t0 = time.time()
+    while any(_alive(k) for k in kids) and time.time() - t0 < 10:
+        time.sleep(0.1)
+    assert not [k for k in kids if _alive(k)]

@@ -1,0 +1,175 @@
+"""Model-form table and its leave-one-source-out learning, on synthetic residuals whose
+spread is known (the real residuals move with the physics; nothing here depends on them)."""
+from __future__ import annotations
+
+import json
+import math
+import random
+from statistics import NormalDist
+
+import pytest
+
+from simulator.errors import InvalidInputError
+from simulator.uncertainty.calibration import coverage, reliability
+from simulator.uncertainty.interval import (
+    Interval,
+    distinguishable,
+    log_interval,
+    log_interval_like,
+    overlap_fraction,
+)
+from simulator.uncertainty.learn import LEVEL, learn_table, loso_evaluation, z_of
+from simulator.uncertainty.regime import FEATURES, UNKNOWN, Regime
+from simulator.uncertainty.table import (
+    SHIPPED_TABLE,
+    Hyper,
+    ModelFormTable,
+    ResidualRecord,
+    load_table,
+)
+
+BASE = dict(gpu="a100", framework="megatron", moe="dense", context="<=2k", size="10-100B",
+            kernel=">2k", scale="<=64")
+
+
+def regime(**kw) -> Regime:
+    return Regime(**{**BASE, **kw})
+
+
+def synthetic(sigma_of, n_sources=6, rows=10, seed=7) -> list[ResidualRecord]:
+    """Rows whose log residual is N(0, sigma_of(regime)^2); alternate GPU families."""
+    rng = random.Random(seed)
+    out = []
+    for s in range(n_sources):
+        for i in range(rows):
+            rg = regime(gpu="h100" if i % 2 else "a100", framework=f"fw{s}")
+            out.append(ResidualRecord(f"s{s}_{i}", f"src{s}", rg, rng.gauss(0, sigma_of(rg)), 0.0))
+    return out
+
+
+def test_z_of_80_percent_is_the_normal_quantile():
+    assert z_of(0.8) == pytest.approx(NormalDist().inv_cdf(0.9))
+    assert z_of(0.8) == pytest.approx(1.2815515655446004, rel=1e-12)   # Phi^-1(0.9), tables
+
+
+def test_table_formula_by_hand():
+    """Two rows, one matching the query, one differing in gpu: the weighted mean of the
+    excess variances with the prior, as table.py's docstring writes it."""
+    recs = (ResidualRecord("a", "s1", regime(), 0.10, 0.06),
+            ResidualRecord("b", "s2", regime(gpu="h100"), -0.30, 0.0))
+    sim = {f: 1.0 for f in FEATURES} | {"gpu": 0.2}
+    t = ModelFormTable(recs, Hyper(sim, prior_rows=2.0, prior_scale=1.5))
+    e_a, e_b = 0.10 ** 2 - 0.06 ** 2, 0.30 ** 2
+    prior = 1.5 ** 2 * (e_a + e_b) / 2
+    want = (1.0 * e_a + 0.2 * e_b + 2.0 * prior) / (1.0 + 0.2 + 2.0)
+    assert t.sigma_log(regime()) == pytest.approx(math.sqrt(want), rel=1e-12)
+    # an unknown feature is ignored, not a mismatch: both rows weigh 1
+    want_u = (e_a + e_b + 2.0 * prior) / (2.0 + 2.0)
+    assert t.sigma_log(regime(gpu=UNKNOWN)) == pytest.approx(math.sqrt(want_u), rel=1e-12)
+
+
+def test_far_from_every_row_falls_back_on_the_prior():
+    recs = tuple(ResidualRecord(f"r{i}", f"s{i % 3}", regime(), 0.05 * (1 + i % 2), 0.0)
+                 for i in range(9))
+    sim = {f: 0.01 for f in FEATURES}
+    t = ModelFormTable(recs, Hyper(sim, prior_rows=3.0, prior_scale=2.0))
+    far = Regime(*(f"other-{f}" for f in FEATURES))
+    assert t.sigma_log(far) == pytest.approx(math.sqrt(t.prior_var), rel=1e-3)
+    assert t.sigma_log(far) > t.sigma_log(regime())
+
+
+def test_json_round_trip_gives_the_same_sigma(tmp_path):
+    t = learn_table(synthetic(lambda r: 0.1), {"command": "test"})
+    p = t.write_json(tmp_path / "t.json")
+    back = ModelFormTable.read_json(p)
+    for rg in (regime(), regime(gpu="h100"), regime(framework="new"), regime(scale=UNKNOWN)):
+        assert back.sigma_log(rg) == t.sigma_log(rg)
+    assert json.loads(p.read_text())["provenance"]["command"] == "test"
+
+
+def test_wrong_schema_is_one_typed_error(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"schema_version": 99}))
+    with pytest.raises(InvalidInputError, match="uncertainty_table"):
+        ModelFormTable.read_json(p)
+
+
+def test_a_source_never_vouches_for_itself():
+    """Leave-one-source-out: a source's held-out intervals do not depend on its own rows."""
+    recs = synthetic(lambda r: 0.1)
+    held = loso_evaluation(recs)
+    changed = [ResidualRecord(r.row_id, r.source, r.regime, 5.0 * r.log_residual + 1.0, 0.0)
+               if r.source == "src2" else r for r in recs]
+    held2 = loso_evaluation(changed)
+    for a, b in zip(held, held2):
+        if a.record.source == "src2":
+            assert a.model_form_sigma_log == b.model_form_sigma_log
+    assert any(a.model_form_sigma_log != b.model_form_sigma_log
+               for a, b in zip(held, held2) if a.record.source != "src2")
+
+
+def test_learning_is_deterministic():
+    recs = synthetic(lambda r: 0.1)
+    a, b = learn_table(recs), learn_table(recs)
+    assert a.to_dict() == b.to_dict()
+    assert [h.model_form_sigma_log for h in loso_evaluation(recs)] == \
+        [h.model_form_sigma_log for h in loso_evaluation(recs)]
+
+
+def test_homoscedastic_residuals_are_covered_near_nominal():
+    """Residuals N(0, 0.1^2) everywhere: the held-out 80 % intervals cover 65-95 %, and
+    the reliability curve is monotone."""
+    held = loso_evaluation(synthetic(lambda r: 0.1, n_sources=6, rows=12))
+    cov = coverage(held)
+    assert 0.65 <= cov.fraction <= 0.95
+    observed = [o for _, o in reliability(held)]
+    assert observed == sorted(observed)
+
+
+def test_a_noisier_regime_gets_wider_intervals():
+    """h100 rows 5x noisier than a100 rows: the learned table keys on the GPU family."""
+    t = learn_table(synthetic(lambda r: 0.25 if r.gpu == "h100" else 0.05, rows=12))
+    assert t.hyper.similarity["gpu"] < 1.0
+    assert t.sigma_log(regime(gpu="h100")) > 2 * t.sigma_log(regime(gpu="a100"))
+
+
+def test_shipped_table_loads_and_says_where_it_came_from():
+    t = load_table()
+    assert SHIPPED_TABLE.is_file()
+    assert len({r.source for r in t.records}) >= 2
+    prov = t.provenance
+    for k in ("command", "runs", "rows", "date", "report", "leave_one_source_out"):
+        assert k in prov
+    assert prov["rows"] == len(t.records)
+    assert "complexity report" in prov["command"]
+    assert all(0 < v <= 1 for v in t.hyper.similarity.values())
+    assert t.sigma_log(regime()) > 0
+
+
+# ---- intervals ----------------------------------------------------------------------------
+def test_log_interval_is_centred_on_the_point():
+    iv = log_interval(10.0, 0.1)
+    assert iv.p50 == 10.0
+    assert iv.p10 * iv.p90 == pytest.approx(100.0)
+    assert iv.p90 / iv.p50 == pytest.approx(math.exp(z_of(LEVEL) * 0.1))
+    assert log_interval(10.0, 0.0) == Interval(10.0, 10.0, 10.0)
+
+
+def test_related_quantities_share_the_relative_spread():
+    step = log_interval(2.0, 0.2)
+    tps = log_interval_like(step, 1000.0)
+    assert tps.p10 / tps.p50 == pytest.approx(step.p10 / step.p50)
+    # throughput at the P90 step time is the P10 throughput (symmetric in log space)
+    assert 2.0 * 1000.0 / step.p90 == pytest.approx(tps.p10)
+
+
+@pytest.mark.parametrize("a, b, overlap, same", [
+    (Interval(1, 2, 3), Interval(1, 2, 3), 1.0, True),
+    (Interval(1, 2, 3), Interval(4, 5, 6), 0.0, False),
+    (Interval(1, 2, 3), Interval(2, 3, 4), 0.5, False),     # exactly half: distinguishable
+    (Interval(1, 2, 3), Interval(1.9, 2.5, 3.5), 1.1 / 1.6, True),
+    (Interval(0, 5, 10), Interval(4, 5, 6), 1.0, True),     # narrow one inside the wide one
+])
+def test_overlap_by_more_than_half_is_not_distinguishable(a, b, overlap, same):
+    assert overlap_fraction(a, b) == pytest.approx(overlap)
+    assert distinguishable(a, b) is (not same)

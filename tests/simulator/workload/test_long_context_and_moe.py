@@ -1,0 +1,193 @@
+"""Context parallelism (ring / all-gather attention) and MoE ops against closed forms.
+
+Expected values come from the published formulas (TE ring attention with 2*cp chunk load
+balancing; FLOPs 4*b*s^2*h_q*d/2 for causal attention; the expected maximum of normal
+draws by numerical integration), not from the implementation.
+"""
+from __future__ import annotations
+
+import math
+
+import hardware_db
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.cost.layer import pass_cost
+from simulator.engine.stage_work import place_groups
+from simulator.parallel.plan import Plan
+from simulator.workload import MoESpec, TransformerSpec
+from simulator.workload.moe_load import expected_max_load_ratio, expected_max_normal
+from simulator.workload.ops import LayerShape, OpKind, backward_ops, layer_ops
+
+L7B = TransformerSpec("7b", 32, 4096, 11008, 32, 32, 32000, 131072, mlp="swiglu")
+
+
+def _attn(ops):
+    return [o for o in ops if o.kind == OpKind.ATTENTION]
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8, 32])
+@pytest.mark.parametrize("causal", [True, False])
+def test_ring_attention_conserves_flops_and_balances_causal_work(cp, causal):
+    """Per rank: 1/cp of the full attention, 4 b s^2 h d / cp (half of it when causal), in
+    cp kernel calls; with 2*cp chunks every rank does the same work."""
+    b, s, h = 1, L7B.seq_len, L7B.hidden
+    ops = layer_ops(L7B, LayerShape(b, s, cp=cp, causal=causal, flash=True))
+    calls = _attn(ops)
+    full = 4.0 * b * s * s * h
+    assert len(calls) == cp
+    assert sum(o.flops for o in calls) == pytest.approx(full / cp * (0.5 if causal else 1.0))
+    assert sum(o.model_flops for o in calls) == pytest.approx(full / cp)
+    if causal:
+        c = s // (2 * cp)
+        assert calls[0].causal and (calls[0].m, calls[0].n) == (2 * c, 2 * c)
+        assert all(not o.causal and (o.m, o.n) == (2 * c, c) for o in calls[1:])
+
+
+def test_ring_transfers_kv_blocks_and_doubles_them_in_backward():
+    """cp - 1 KV transfers per pass, each one rank's K and V block (2 b s/cp kv_dim bytes);
+    backward carries KV and dKV (twice the bytes); each hides behind its step's kernel."""
+    cp, b, s = 8, 1, L7B.seq_len
+    fwd = layer_ops(L7B, LayerShape(b, s, cp=cp, flash=True))
+    p2p = [o for o in fwd if o.group == "cp"]
+    assert len(p2p) == cp - 1
+    block = 2 * b * (s // cp) * L7B.kv_dim * 2
+    assert all(o.comm_bytes == block for o in p2p)
+    assert all(o.overlaps_with.startswith("core_attn_cp") for o in p2p)
+    bwd = [o for o in backward_ops(fwd) if o.group == "cp"]
+    assert all(o.comm_bytes == 2 * block for o in bwd)
+
+
+def _cluster_groups(gpus, **plan):
+    cl = hardware_db.build_cluster("h100-sxm", gpus)
+    p = Plan(**plan)
+    return cl, place_groups(cl, p)
+
+
+def test_ring_step_costs_the_slower_of_kernel_and_transfer():
+    """Exposed CP time = sum over steps of max(0, transfer - kernel)."""
+    cl, groups = _cluster_groups(16, cp=16, global_batch=1)
+    prof = hardware_db.load_profile("h100-sxm")
+    ops = layer_ops(L7B, LayerShape(1, L7B.seq_len, cp=16, flash=True,
+                                    attention_kernel="flash3"))
+    pc = pass_cost(ops, cl.gpu, prof, groups, tp_overlap=False)
+    from simulator.cost.layer import compute_time_s, group_collective_s
+    want = 0.0
+    for o in ops:
+        if o.group == "cp":
+            t = group_collective_s(o.collective, o.comm_bytes, groups["cp"], prof)
+            k = compute_time_s(next(x for x in ops if x.name == o.overlaps_with), cl.gpu, prof)
+            want += max(0.0, t - k)
+    assert pc.comm_s.get("cp", 0.0) == pytest.approx(want)
+
+
+def test_allgather_cp_conserves_causal_flops_and_exposes_the_gather():
+    cp, b, s = 4, 1, L7B.seq_len
+    ops = layer_ops(L7B, LayerShape(b, s, cp=cp, flash=True, cp_comm="all_gather"))
+    full = 4.0 * b * s * s * L7B.hidden
+    assert sum(o.flops for o in _attn(ops)) == pytest.approx(0.5 * full / cp)
+    ag = [o for o in ops if o.group == "cp"]
+    assert len(ag) == 1 and ag[0].overlaps_with == ""
+    assert ag[0].comm_bytes == 2 * b * s * L7B.kv_dim * 2
+
+
+# ---- MoE ----------------------------------------------------------------------------------
+def _exact_expected_max(n: int) -> float:
+    """E[max of n standard normals] = int x n phi(x) Phi(x)^(n-1) dx (numerical)."""
+    from scipy import integrate, stats
+    f = lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1)
+    return integrate.quad(f, -12, 12)[0]
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 64, 256])
+def test_blom_expected_maximum_of_normals(n):
+    assert expected_max_normal(n) == pytest.approx(_exact_expected_max(n), rel=0.05)
+
+
+def test_imbalance_model_on_heldout_measured_layers():
+    """moe_expert_load.csv: fit the routing spread on even layers, predict the mean
+    max/mean load of odd layers (8 experts, ~640 tokens each)."""
+    from calibrate.csvrows import load_rows
+    from calibrate.moe_load import fit_expert_load_cv, heldout
+    rows = load_rows("moe_expert_load.csv")
+    cv, pred, meas = heldout(rows)
+    assert pred == pytest.approx(meas, rel=0.03)
+    from simulator.frameworks.moe import ROUTING
+    assert ROUTING.expert_load_cv == pytest.approx(fit_expert_load_cv(rows), rel=0.01)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ep=st.sampled_from([2, 4, 8, 16, 64]), tokens=st.integers(64, 1 << 16))
+def test_imbalance_grows_with_ranks_and_shrinks_with_tokens(ep, tokens):
+    r = expected_max_load_ratio(ep, 256 // ep, 256, tokens, 0.05)
+    assert r > 1.0
+    assert expected_max_load_ratio(2 * ep, 256 // (2 * ep), 256, tokens, 0.05) > r
+    assert expected_max_load_ratio(ep, 256 // ep, 256, 4 * tokens, 0.05) < r
+
+
+MOE = TransformerSpec("moe", 4, 2048, 6144, 32, 4, 32000, 4096, mlp="swiglu",
+                      moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768,
+                                  shared_experts=1, dense_layers=1))
+
+
+def test_moe_layer_ops_as_the_alltoall_dispatcher_runs_them():
+    ep, tp, b, s = 8, 2, 1, MOE.seq_len
+    sh = LayerShape(b, s, tp=tp, ep=ep, sequence_parallel=True, dtype="fp8")
+    ops = {o.name: o for o in layer_ops(MOE, sh, layer=1)}
+    t_loc = b * s // tp
+    routed = t_loc * 8
+    ratio = expected_max_load_ratio(ep, 128 // ep, 128, routed, 0.0492)
+    assert ops["router"].dtype == "bf16" and (ops["router"].m, ops["router"].n) == (t_loc, 128)
+    assert ops["ep_dispatch"].comm_bytes == pytest.approx(routed * ratio * 2048 * 2)
+    assert ops["ep_combine"].comm_bytes == ops["ep_dispatch"].comm_bytes
+    assert "moe_sort_chunks" in ops and "moe_unsort_chunks" in ops   # 16 local experts
+    fc1 = ops["experts_fc1"]
+    assert fc1.grouped and fc1.batch == 16 and fc1.n == 2 * 768 // tp
+    assert fc1.batch * fc1.m == pytest.approx(routed * ratio * tp, rel=0.01)
+    assert "shared_fc1" in ops and "shared_allgather" in ops
+    dense = {o.name for o in layer_ops(MOE, sh, layer=0)}
+    assert "router" not in dense and "mlp_fc1" in dense
+
+
+def test_capacity_factor_pads_every_expert_to_capacity():
+    from dataclasses import replace
+    m = replace(MOE, moe=replace(MOE.moe, capacity_factor=1.25))
+    sh = LayerShape(1, MOE.seq_len, ep=8)
+    ops = {o.name: o for o in layer_ops(m, sh, layer=1)}
+    assert ops["ep_dispatch"].comm_bytes == pytest.approx(MOE.seq_len * 8 * 1.25 * 2048 * 2)
+
+
+def test_grouped_gemm_slows_per_token_as_tokens_per_expert_fall():
+    """Tokens per expert set the grouped GEMM's efficiency: weight streaming and partial
+    tiles at few tokens, k-saturation of the weight-gradient GEMM (k = tokens)."""
+    from simulator.cost.kernels import gemm_time_s
+    gpu, prof = hardware_db.load_gpu("h100-sxm"), hardware_db.load_profile("h100-sxm")
+    per_token = [gemm_time_s(t, 1536, 2048, "bf16", gpu, prof, batch=16, grouped=True) / t
+                 for t in (64, 256, 1024, 4096)]
+    assert per_token == sorted(per_token, reverse=True)
+    assert per_token[0] > 2 * per_token[-1]
+    wgrad = [gemm_time_s(2048, 1536, t, "bf16", gpu, prof, batch=16, grouped=True) / t
+             for t in (64, 4096)]
+    assert wgrad[0] > 1.5 * wgrad[1]
+
+
+def test_grouped_gemm_ratio_predicts_its_heldout_rows():
+    """kernels_more.csv 293/297/301/305: torch._grouped_mm on H200; the ratio from the 1k
+    and 4k rows predicts the 2k and 8k rows within 5%."""
+    prof = hardware_db.load_profile("h200-sxm")
+    c = prof.gemm.grouped_eff["bf16"]
+    assert 0.7 < c.value < 0.95 and c.heldout_error_pct < 5.0
+    assert prof.gemm.grouped_eff["fp8"].value == 1.0
+
+
+def test_deepgemm_contiguous_grouped_rows_within_15_percent():
+    """kernels_more.csv 278-281 (DeepGEMM fp8 m-grouped, contiguous, H800 = H100 compute, not
+    fitted): the dense fp8 model with grouped tiles and per-group weights."""
+    from simulator.cost.kernels import gemm_time_s
+    gpu, prof = hardware_db.load_gpu("h100-sxm"), hardware_db.load_profile("h100-sxm")
+    for g, mg, n, k, meas in ((4, 8192, 4096, 7168, 1346), (4, 8192, 7168, 2048, 1214),
+                              (8, 4096, 4096, 7168, 1346), (8, 4096, 7168, 2048, 1214)):
+        t = gemm_time_s(mg, n, k, "fp8", gpu, prof, batch=g, grouped=True)
+        assert 2 * g * mg * n * k / t / 1e12 == pytest.approx(meas, rel=0.15)
+    assert math.isfinite(t)
