@@ -277,7 +277,7 @@ def trace_module(module: Any, example_inputs: Any, *, loss_fn: Callable | None =
     except ImportError as exc:                   # pragma: no cover - torch is optional
         raise TraceError(f"tracing a module needs torch ({exc})") from None
     if not isinstance(module, torch.nn.Module):
-        raise TraceError(f"expected a torch.nn.Module, got {type(module).__name__}")
+        raise TraceError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     st = TraceState(fuse_attention=fuse_attention)
     args, kwargs = _split_inputs(_to_meta(torch, example_inputs))
     old = _train_mode(module, train)
@@ -345,10 +345,10 @@ def build_from_factory(factory: Callable[[], Any], on_meta: bool = True) -> tupl
         try:
             res = factory()
         except Exception as exc:  # noqa: BLE001 - user code; one line
-            raise TraceError(f"the factory {getattr(factory, '__name__', factory)!s} raised "
+            raise TraceError(f"module: the factory {getattr(factory, '__name__', factory)!s} raised "
                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
     if not isinstance(res, (tuple, list)) or len(res) not in (2, 3):
-        raise TraceError("the factory must return (module, example_inputs) or "
+        raise TraceError("module: the factory must return (module, example_inputs) or "
                          f"(module, example_inputs, loss_fn), got {type(res).__name__}")
     loss_fn = res[2] if len(res) == 3 else None
     return res[0], res[1], loss_fn, how

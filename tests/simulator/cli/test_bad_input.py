@@ -318,3 +318,21 @@ def test_property_a_profile_efficiency_outside_0_1_is_refused_naming_it(tmp_path
         assert not ok and ("profile" in str(e))
     else:
         assert ok
+
+
+# ---- --module factories ------------------------------------------------------------------------
+_FACTORIES = "def bad():\n    return 5\ndef boom():\n    raise RuntimeError('x')\n" \
+             "def pair():\n    return (1, 2)\n"
+
+
+@pytest.mark.parametrize("spec", ["zoo:nope", "/no/such/file.py:f", "nocolon", "fac:bad",
+                                  "fac:boom", "fac:pair"])
+def test_a_bad_module_factory_is_one_line_naming_module(spec, tmp_path, capsys):
+    pytest.importorskip("torch")
+    from bad_input_corpus import ZOO
+    fac = tmp_path / "fac.py"
+    fac.write_text(_FACTORIES)
+    spec = spec.replace("zoo", ZOO.rsplit(":", 1)[0]).replace("fac:", f"{fac}:")
+    rc = cli_main.main(["simulate", "--module", spec, "--gpu", "h100-sxm", "--gpus", "8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1 and "module" in err and "Traceback" not in err
