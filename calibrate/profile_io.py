@@ -64,6 +64,10 @@ def _round_coefficient(d: dict) -> dict:
             out[key] = sig(d[key], ERROR_SIG)
     if isinstance(d["value"], (int, float)) and not isinstance(d["value"], bool):
         out["value"] = round_value(float(d["value"]), d.get("stderr"))
+        if out["value"] == 0 and d["value"] > 0 and d.get("unit") == "fraction":
+            # an efficiency whose error bar exceeds it (a noisy fit on a busy host) keeps
+            # one significant digit: 0 is not an efficiency, and a profile reader refuses it
+            out["value"] = sig(float(d["value"]), 1)
     return out
 
 

@@ -45,7 +45,6 @@ class WorkLimits:
     """Work one request may cause before it needs the user's consent."""
 
     max_event_slots: int = 100_000      # micro-batches x pipeline stages x virtual stages
-    max_candidates: int = 1_000_000     # plans a search may enumerate
 
 
 _LIMITS: contextvars.ContextVar[WorkLimits] = contextvars.ContextVar("work_limits",

@@ -111,3 +111,17 @@ def test_sustained_clock_is_a_ceiling_measured_where_a_row_exists():
     # the ceiling is the H200 MSMF row (744.5 TF of 989.5), below the MAMF burst (794.5)
     assert h100.gemm.sustained_eff["bf16"].value * 989.5 == pytest.approx(744.5, rel=1e-3)
     assert h100.gemm.eff_max["bf16"].value * 989.5 > 744.5
+
+
+def test_an_efficiency_is_never_rounded_to_zero_by_its_error_bar():
+    """A noisy fit (busy host) can give an efficiency with a larger standard error than
+    itself; rounding to the error's digit would write 0, which no profile reader accepts."""
+    from calibrate.profile_io import round_numbers
+    from simulator.hardware.profile_schema import check_numbers
+    c = {"value": 1.3e-5, "unit": "fraction", "source": "fit", "stderr": 0.2}
+    out = round_numbers({"eff": c})
+    assert out["eff"]["value"] == 1e-5
+    check_numbers({"gemm": out})
+    # other units keep the rounding to their error (k_half 0 is a meaningful value)
+    assert round_numbers({"value": 3.0, "unit": "elements", "source": "fit",
+                          "stderr": 90000.0})["value"] == 0.0
