@@ -16,6 +16,7 @@ from ..parallel.plan import Plan, validate
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
 from .network_use import with_link_use
+from .periodic import periodic_event_step
 from .memory_fit import memory_verdict
 from .result import Breakdown, Result, StageReport
 from .timeline import build_timeline
@@ -31,8 +32,13 @@ from .step import (
 
 
 def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: Profile,
-             engine: str = "event", keep_timeline: bool = False) -> Result:
-    """Predict one optimizer step. Raises ``InvalidInputError`` for an invalid plan."""
+             engine: str = "event", keep_timeline: bool = False,
+             periodic: bool = True) -> Result:
+    """Predict one optimizer step. Raises ``InvalidInputError`` for an invalid plan.
+
+    ``periodic`` (event engine, no timeline): play a few rounds of the steady state and
+    extend them when the schedule repeats (``engine.periodic``); ``False`` plays every
+    micro-batch (the reference path)."""
     t0 = time.perf_counter()
     if engine not in ("event", "analytic"):
         raise InvalidInputError("engine", engine, "event or analytic")
@@ -40,7 +46,14 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     groups = place_groups(cluster, plan)
     stages = build_chunks(model, plan, cluster, profile, groups)
     memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
-    if engine == "event":
+    fast = None
+    if engine == "event" and periodic and not keep_timeline:
+        fast = periodic_event_step(plan, model, cluster, lambda p: _event_step(
+            stages, model, p, cluster, profile, groups)[:4])
+    if fast is not None:
+        step, crit, bd, busy = fast
+        timeline = []
+    elif engine == "event":
         step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups,
                                                      memory if keep_timeline else None)
     else:
