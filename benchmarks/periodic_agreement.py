@@ -1,8 +1,10 @@
 """Fast path vs reference path of the event engine on the published runs, through the
 predict path (``complexity predict``): every row predicted twice in one process, once with
 the periodic fast path (``engine.periodic``) and once playing every micro-batch; prints the
-relative difference of the predicted step time per row, the largest one, how many rows
-the fast path served, and the wall time of both.
+relative difference of the predicted step time per row, the largest one, how many
+simulations the fast path served, and the wall time of both. ``--force`` lowers the fast
+path's thresholds (``MIN_ROUNDS``, ``MIN_PASSES``) to zero, so every simulation long enough
+for three plays takes it: a stronger check than the shipped thresholds allow.
 
     python benchmarks/periodic_agreement.py [--runs validation/published_runs.csv]
 """
@@ -41,7 +43,10 @@ def _predict_all(rows, fast: bool) -> tuple[list, float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="validation/published_runs.csv")
+    ap.add_argument("--force", action="store_true", help="fast path wherever it can run")
     args = ap.parse_args()
+    if args.force:
+        periodic.MIN_ROUNDS = periodic.MIN_PASSES = 0
     rows = read_rows(args.runs)
     fast, t_fast, served = _predict_all(rows, True)
     ref, t_ref, _ = _predict_all(rows, False)
@@ -55,7 +60,8 @@ def main() -> None:
         same = "" if a.chosen == b.chosen else "  (different plan chosen!)"
         print(f"{b.row.get('id', '?'):40s} ref {b.result.step_time_s:10.4f} s  "
               f"fast {a.result.step_time_s:10.4f} s  rel {rel:.2e}{same}")
-    print(f"rows {len(rows)}; simulations served by the fast path {served}; "
+    print(f"rows {len(rows)}; simulations served by the fast path {served}"
+          f"{' (thresholds forced to 0)' if args.force else ''}; "
           f"max relative difference {worst:.2e}; predict wall fast {t_fast:.1f} s, "
           f"reference {t_ref:.1f} s (ratio {t_ref / t_fast:.2f})")
 

@@ -57,7 +57,21 @@ class PassCost:
     hardware_flops: float = 0.0                               # model + recomputed (HFU)
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
     link_busy_s: dict[str, float] = field(default_factory=dict)  # fabric tier -> busy seconds
-    segments: list[Segment] = field(default_factory=list, repr=False)
+    _segments: list[Segment] = field(default_factory=list, repr=False)
+    # segments of added passes not yet appended (only a timeline reads them: a chunk adds
+    # its layers' passes on every simulation, a timeline is asked for once in a while)
+    _pending: list[tuple[list[Segment], int]] = field(default_factory=list, repr=False)
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The pass in order: compute (merged) and collective segments."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            for segs, times in pending:
+                for _ in range(times):
+                    for seg in segs:
+                        self._append(seg)
+        return self._segments
 
     @property
     def total_s(self) -> float:
@@ -75,9 +89,31 @@ class PassCost:
             self.op_times[k] = self.op_times.get(k, 0.0) + times * v
         for k, v in other.link_busy_s.items():
             self.link_busy_s[k] = self.link_busy_s.get(k, 0.0) + times * v
-        for _ in range(times):
-            for seg in other.segments:
-                self.append(seg)
+        if times > 0 and other.segments:
+            self._pending.append((list(other.segments), times))
+
+    def add_each(self, other: "PassCost", n: int) -> None:
+        """Exactly ``n`` calls of ``add(other)``: the same sums in the same order (so the
+        same floating-point result), without the per-call overhead."""
+        if n <= 0:
+            return
+
+        def rep(a: float, v: float) -> float:
+            for _ in range(n):
+                a += v
+            return a
+
+        self.compute_s = rep(self.compute_s, other.compute_s)
+        self.interference_s = rep(self.interference_s, other.interference_s)
+        self.flops = rep(self.flops, other.flops)
+        self.model_flops = rep(self.model_flops, other.model_flops)
+        self.hardware_flops = rep(self.hardware_flops, other.hardware_flops)
+        for mine, theirs in ((self.comm_s, other.comm_s), (self.op_times, other.op_times),
+                             (self.link_busy_s, other.link_busy_s)):
+            for k, v in theirs.items():
+                mine[k] = rep(mine.get(k, 0.0), v)
+        if other.segments:
+            self._pending.append((list(other.segments), n))
 
     def add_link_busy(self, cost: CollectiveCost) -> None:
         """Count the seconds ``cost`` keeps each fabric tier busy."""
@@ -86,11 +122,16 @@ class PassCost:
 
     def append(self, seg: Segment) -> None:
         """Add a segment at the end, merging it into a compute segment before it."""
-        last = self.segments[-1] if self.segments else None
+        self.segments                                # appends what is pending first
+        self._append(seg)
+
+    def _append(self, seg: Segment) -> None:
+        segs = self._segments
+        last = segs[-1] if segs else None
         if not seg.group and last is not None and not last.group:
-            self.segments[-1] = Segment("compute", "", last.exposed_s + seg.exposed_s)
+            segs[-1] = Segment("compute", "", last.exposed_s + seg.exposed_s)
         else:
-            self.segments.append(seg)
+            segs.append(seg)
 
 
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:

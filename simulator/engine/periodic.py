@@ -15,7 +15,7 @@ the plan's micro-batches: a cost of about ``9 pp`` micro-batches whatever their 
 names no schedule: a schedule, a host model or a contention pattern whose cost does not
 repeat fails the check, and the caller plays the whole step instead
 (``simulate._event_step``, the reference path; tests compare the two). Plans of fewer than
-``MIN_ROUNDS`` rounds, and timelines, are always played in full.
+``MIN_ROUNDS`` rounds or ``MIN_PASSES`` passes, and timelines, are always played in full.
 """
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ AFFINE_REL = 1e-9          # second difference allowed, relative to the quantity
 FIRST_ROUND = 2            # rounds of pp micro-batches in the first play (round 1 is often
                            # all warm-up and cool-down: interleaved stage 0 warms up ~2 pp)
 MIN_ROUNDS = 12            # play in full below this many rounds (three plays cost 9 rounds)
+MIN_PASSES = 2048          # ... or below this many passes (pp * vpp * micro-batches * 2): a
+                           # full play then costs tens of milliseconds, and it is exact to
+                           # the last bit where the extended line agrees only to ~1e-13
 
 Played = tuple[float, int, dict[str, float], float]     # step end, critical stage, parts, busy
 
@@ -54,15 +57,16 @@ def _extend(values: list[float], rounds: float) -> float:
     return values[-1] + rounds * (values[-1] - values[-2])
 
 
-def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Played],
-                        min_rounds: int = MIN_ROUNDS) -> Played | None:
+def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Played]
+                        ) -> Played | None:
     """The event engine's (step, critical stage, parts, busy) for ``plan`` from plays of
     ``FIRST_ROUND``, ``FIRST_ROUND + 1``, ... rounds until the last three lie on one line;
-    ``None`` when the plan is shorter than ``min_rounds`` rounds, a shortened plan is
-    invalid, or no three plays within the plan's own length are affine."""
+    ``None`` when the plan is shorter than ``MIN_ROUNDS`` rounds or ``MIN_PASSES`` passes,
+    a shortened plan is invalid, or no three plays within the plan's own length are
+    affine."""
     q = period_microbatches(plan)
     m = plan.num_microbatches
-    if m % q or m < min_rounds * q:
+    if m % q or m < MIN_ROUNDS * q or 2 * m * plan.pp * plan.vpp < MIN_PASSES:
         return None
     plays: list[Played] = []
     k, spent = FIRST_ROUND, 0

@@ -7,6 +7,7 @@ included) for one micro-batch, plus the parameters the chunk owns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from ..cost.layer import (
     PassCost,
@@ -137,10 +138,11 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
-    for layer in layers:
-        lf, cf, cb = cache.get(layer)
-        fwd.add(cf)
-        bwd.add(cb)
+    for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
+        run = list(run)
+        lf, cf, cb = cache.get(run[0])
+        fwd.add_each(cf, len(run))
+        bwd.add_each(cb, len(run))
         all_fwd = lf
     if extra:
         fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))

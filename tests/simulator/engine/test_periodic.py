@@ -32,6 +32,12 @@ _PROFILES = {g: hardware_db.load_profile(g) for g in ("a100-sxm-80gb", "h100-sxm
 REL = 1e-3
 
 
+@pytest.fixture(autouse=True)
+def _every_plan_long_enough(monkeypatch):
+    """Small plans take the fast path too (the thresholds only save time)."""
+    monkeypatch.setattr(periodic, "MIN_PASSES", 0)
+
+
 def _numbers(r) -> dict[str, float]:
     out = {"step_time_s": r.step_time_s, "mfu": r.mfu, "busy_s": r.stages[r.critical_stage].busy_s,
            "critical_stage": r.critical_stage}
@@ -102,7 +108,9 @@ def test_short_or_timeline_plans_play_in_full():
     model = _MODELS[0]
     plan = Plan(pp=4, dp=1, global_batch=4 * (periodic.MIN_ROUNDS - 1))
     assert periodic.periodic_event_step(plan, model, None, lambda p: 1 / 0) is None
+    periodic.MIN_PASSES = 10 ** 9                # (restored by the fixture)
     long = dataclasses.replace(plan, global_batch=4 * periodic.MIN_ROUNDS)
+    assert periodic.periodic_event_step(long, model, None, lambda p: 1 / 0) is None
     cluster = make_cluster("h100-sxm", 4, 4, None, None, None, None, None, 1.0)
     r = simulate(model, long, cluster, _PROFILES["h100-sxm"], keep_timeline=True)
     assert r.timeline                       # the whole step was played
