@@ -67,7 +67,14 @@ def edge_memory(model: TransformerSpec, sh: LayerShape, first: bool,
 def chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: list[int],
                  first: bool, last: bool) -> ChunkMemory:
     """Memory facts of a chunk holding ``layers`` (``first``: it has the embedding;
-    ``last``: the output layer and the loss)."""
+    ``last``: the output layer and the loss). Cached: a search asks for the same chunk when
+    it prunes, ranks, confirms and spreads the coefficients of one plan."""
+    return _chunk_memory(model, plan, sh, tuple(layers), first, last)
+
+
+@lru_cache(maxsize=65536)
+def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: tuple[int, ...],
+                  first: bool, last: bool) -> ChunkMemory:
     emb = model.vocab * model.hidden / plan.tp
     out = (emb if not (model.tied_embeddings and first) else 0.0) + model.hidden   # + final norm
     edge = (emb if first else 0.0) + (out if last else 0.0)
