@@ -7,7 +7,7 @@ exposed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
@@ -94,7 +94,9 @@ class PassCost:
 
     def add_each(self, other: "PassCost", n: int) -> None:
         """Exactly ``n`` calls of ``add(other)``: the same sums in the same order (so the
-        same floating-point result), without the per-call overhead."""
+        same floating-point result), without the per-call overhead. Every number and every
+        dict of numbers among the fields is summed (``tests/simulator/cost`` checks it
+        against ``add`` field by field)."""
         if n <= 0:
             return
 
@@ -103,14 +105,11 @@ class PassCost:
                 a += v
             return a
 
-        self.compute_s = rep(self.compute_s, other.compute_s)
-        self.interference_s = rep(self.interference_s, other.interference_s)
-        self.flops = rep(self.flops, other.flops)
-        self.model_flops = rep(self.model_flops, other.model_flops)
-        self.hardware_flops = rep(self.hardware_flops, other.hardware_flops)
-        for mine, theirs in ((self.comm_s, other.comm_s), (self.op_times, other.op_times),
-                             (self.link_busy_s, other.link_busy_s)):
-            for k, v in theirs.items():
+        for name in _SUMMED_NUMBERS:
+            setattr(self, name, rep(getattr(self, name), getattr(other, name)))
+        for name in _SUMMED_DICTS:
+            mine = getattr(self, name)
+            for k, v in getattr(other, name).items():
                 mine[k] = rep(mine.get(k, 0.0), v)
         if other.segments:
             self._pending.append((list(other.segments), n))
@@ -132,6 +131,11 @@ class PassCost:
             segs[-1] = Segment("compute", "", last.exposed_s + seg.exposed_s)
         else:
             segs.append(seg)
+
+
+# the fields ``PassCost.add`` sums: numbers and dicts of numbers (not the segments)
+_SUMMED_NUMBERS = tuple(f.name for f in fields(PassCost) if f.type in ("float", float))
+_SUMMED_DICTS = tuple(f.name for f in fields(PassCost) if str(f.type).startswith("dict"))
 
 
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
