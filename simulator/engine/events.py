@@ -14,6 +14,7 @@ creation order and the same inputs give the same timeline.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +116,7 @@ class _Sim:
                     self.partial[d].append((t.tid, frac))
         k = len(names)
         self.heap: list[tuple[float, int, int, int, int]] = []   # time, seq, kind, task, aux
-        self.seq = 0
+        self.seq = itertools.count()
         self.head = [0] * k
         self.busy = [False] * k
         self.flows: list[dict[int, float]] = [{} for _ in range(k)]   # tid -> remaining work
@@ -124,24 +125,45 @@ class _Sim:
 
     def push(self, time: float, kind: int, tid: int, aux: int = 0) -> None:
         """``aux``: link version for flow events, releasing task for release events."""
-        heapq.heappush(self.heap, (time, self.seq, kind, tid, aux))
-        self.seq += 1
+        heapq.heappush(self.heap, (time, next(self.seq), kind, tid, aux))
 
     def go(self) -> None:
+        """The loop, with the stream events written out inline (``on_release``,
+        ``on_end``, ``on_ready`` and ``try_start_stream`` do the same, one call each)."""
         for t in self.tasks:
             if not t.deps:
                 self.push(0.0, _READY, t.tid)
-        heap, pop = self.heap, heapq.heappop
+        heap, pop, push, seq = self.heap, heapq.heappop, heapq.heappush, self.seq
+        pending, ready, crit, res, is_link = (self.pending, self.ready, self.crit, self.res,
+                                              self.is_link)
+        end, at_end, start_stream = self.end, self.at_end, self.try_start_stream
         while heap:
             now, _, kind, tid, aux = pop(heap)
             if kind == _RELEASE:
-                self.on_release(now, tid, aux)
+                pending[tid] -= 1
+                if now >= ready[tid]:
+                    ready[tid] = now
+                    crit[tid] = aux
+                if pending[tid] == 0:
+                    push(heap, (now, next(seq), _READY, tid, 0))
             elif kind == _END:
-                self.on_end(now, tid)
+                end[tid] = now
+                r = res[tid]
+                self.busy[r] = False
+                self.head[r] += 1
+                for dep in at_end[tid]:
+                    push(heap, (now, next(seq), _RELEASE, dep, tid))
+                start_stream(now, r)
             elif kind == _READY:
-                self.on_ready(now, tid)
-            elif aux == self.version[self.res[tid]]:
-                self.on_flow_end(now, self.res[tid])
+                if now > ready[tid]:
+                    ready[tid] = now
+                r = res[tid]
+                if is_link[r]:
+                    self.on_ready(now, tid)
+                else:
+                    start_stream(now, r)
+            elif aux == self.version[res[tid]]:
+                self.on_flow_end(now, res[tid])
         for t in self.tasks:
             i = t.tid
             t.start_s, t.end_s, t.ready_s, t.critical_dep = (self.start[i], self.end[i],
