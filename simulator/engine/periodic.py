@@ -1,21 +1,23 @@
 """The event engine at a cost that does not grow with the number of micro-batches.
 
-A pipeline schedule is a warm-up, a steady state that repeats once per round of ``pp``
-micro-batches (1F1B: one forward and one backward; interleaved: every chunk of ``pp``
-micro-batches) and a cool-down. Once the steady state repeats, one more round adds the same
-time to every quantity the engine reports: the step time, each part of the critical stage's
-breakdown and its busy time are affine in the number of micro-batches, with the same slope
-per round.
+A pipeline schedule is a warm-up, a steady state that repeats and a cool-down. The period
+of the steady state is one micro-batch where the schedule takes any count (1F1B, GPipe:
+each stage runs one more forward and one more backward) and a round of ``pp`` micro-batches
+where it takes multiples of ``pp`` (interleaved 1F1B: every chunk of ``pp`` micro-batches).
+Once the steady state repeats, one more period adds the same time to every quantity the
+engine reports: the step time, each part of the critical stage's breakdown and its busy
+time are affine in the number of micro-batches.
 
 ``periodic_event_step`` plays the step on the event engine (``play``: contention and
-overlap included) at ``FIRST_ROUND``, ``FIRST_ROUND + 1``, ... rounds of ``pp``
-micro-batches until the last three results lie on one line (same critical stage; every
-quantity's second difference below ``AFFINE_REL`` of its size), and extends that line to
-the plan's micro-batches: a cost of about ``9 pp`` micro-batches whatever their number. It
-names no schedule: a schedule, a host model or a contention pattern whose cost does not
-repeat fails the check, and the caller plays the whole step instead
-(``simulate._event_step``, the reference path; tests compare the two). Plans of fewer than
-``MIN_ROUNDS`` rounds or ``MIN_PASSES`` passes, and timelines, are always played in full.
+overlap included) at ``FIRST_ROUND * pp`` micro-batches, then one period more each time,
+until the last three results lie on one line (same critical stage; every quantity's second
+difference below ``AFFINE_REL`` of its size), and extends that line to the plan's
+micro-batches: a cost of about ``6 pp`` micro-batches (1F1B) or ``9 pp`` (interleaved)
+whatever their number. It names no schedule (the period is asked of ``validate``): a
+schedule, a host model or a contention pattern whose cost does not repeat fails the check,
+and the caller plays the whole step instead (``simulate._event_step``, the reference path;
+tests compare the two). Plans of fewer than ``MIN_ROUNDS`` rounds or ``MIN_PASSES`` passes,
+and timelines, are always played in full.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from ..parallel.plan import Plan, validate
 AFFINE_REL = 1e-9          # second difference allowed, relative to the quantity
 FIRST_ROUND = 2            # rounds of pp micro-batches in the first play (round 1 is often
                            # all warm-up and cool-down: interleaved stage 0 warms up ~2 pp)
-MIN_ROUNDS = 12            # play in full below this many rounds (three plays cost 9 rounds)
+MIN_ROUNDS = 12            # play in full below this many rounds of pp (plays cost 6-9)
 MIN_PASSES = 2048          # ... or below this many passes (pp * vpp * micro-batches * 2): a
                            # full play then costs tens of milliseconds, and it is exact to
                            # the last bit where the extended line agrees only to ~1e-13
@@ -36,10 +38,17 @@ MIN_PASSES = 2048          # ... or below this many passes (pp * vpp * micro-bat
 Played = tuple[float, int, dict[str, float], float]     # step end, critical stage, parts, busy
 
 
-def period_microbatches(plan: Plan) -> int:
-    """Micro-batches per round of the steady state: ``pp`` (every stage's order repeats
-    after each stage has taken ``pp`` more micro-batches through all its chunks)."""
-    return plan.pp
+def period_microbatches(plan: Plan, model, cluster) -> int:
+    """Micro-batches per period of the steady state: one where the schedule accepts any
+    count (1F1B and GPipe: one forward and one backward per micro-batch on every stage),
+    else ``pp`` (a round: every stage takes ``pp`` more micro-batches through all its
+    chunks; interleaved 1F1B needs micro-batches in multiples of ``pp``). Asked of
+    ``validate``, not of the schedule's name."""
+    try:
+        validate(truncated(plan, FIRST_ROUND * plan.pp + 1), model, cluster)
+    except InvalidInputError:
+        return plan.pp
+    return 1
 
 
 def truncated(plan: Plan, m: int) -> Plan:
@@ -52,34 +61,36 @@ def _affine(values: list[float]) -> bool:
     return abs((c - b) - (b - a)) <= AFFINE_REL * max(abs(a), abs(b), abs(c), 1e-12)
 
 
-def _extend(values: list[float], rounds: float) -> float:
-    """The line through the last two values, ``rounds`` rounds past the last."""
-    return values[-1] + rounds * (values[-1] - values[-2])
+def _extend(values: list[float], periods: float) -> float:
+    """The line through the last two values, ``periods`` periods past the last."""
+    return values[-1] + periods * (values[-1] - values[-2])
 
 
 def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Played]
                         ) -> Played | None:
     """The event engine's (step, critical stage, parts, busy) for ``plan`` from plays of
-    ``FIRST_ROUND``, ``FIRST_ROUND + 1``, ... rounds until the last three lie on one line;
-    ``None`` when the plan is shorter than ``MIN_ROUNDS`` rounds or ``MIN_PASSES`` passes,
-    a shortened plan is invalid, or no three plays within the plan's own length are
-    affine."""
-    q = period_microbatches(plan)
+    ``FIRST_ROUND * pp`` micro-batches and one period more each time until the last three
+    lie on one line; ``None`` when the plan is shorter than ``MIN_ROUNDS`` rounds or
+    ``MIN_PASSES`` passes, a shortened plan is invalid, or no three plays within the
+    plan's own length are affine."""
     m = plan.num_microbatches
-    if m % q or m < MIN_ROUNDS * q or 2 * m * plan.pp * plan.vpp < MIN_PASSES:
+    if m < MIN_ROUNDS * plan.pp or 2 * m * plan.pp * plan.vpp < MIN_PASSES:
+        return None
+    q = period_microbatches(plan, model, cluster)
+    if m % q:
         return None
     plays: list[Played] = []
-    k, spent = FIRST_ROUND, 0
-    while spent + k * q < m:
-        p = truncated(plan, k * q)
+    n, spent = FIRST_ROUND * plan.pp, 0
+    while spent + n < m:
+        p = truncated(plan, n)
         try:
             validate(p, model, cluster)
         except InvalidInputError:
             return None
         plays.append(play(p))
-        spent, k = spent + k * q, k + 1
+        spent, n = spent + n, n + q
         if len(plays) >= 3 and _on_a_line(plays[-3:]):
-            return _extended(plays[-2:], (m - (k - 1) * q) / q)
+            return _extended(plays[-2:], (m - (n - q)) / q)
     return None
 
 
@@ -99,7 +110,7 @@ def _on_a_line(plays: list[Played]) -> bool:
     return series is not None and all(_affine(v) for v in series.values())
 
 
-def _extended(plays: list[Played], rounds: float) -> Played:
+def _extended(plays: list[Played], periods: float) -> Played:
     series = _series(plays)
-    parts = {key: _extend(series["part " + key], rounds) for key in plays[0][2]}
-    return _extend(series["step"], rounds), plays[0][1], parts, _extend(series["busy"], rounds)
+    parts = {key: _extend(series["part " + key], periods) for key in plays[0][2]}
+    return _extend(series["step"], periods), plays[0][1], parts, _extend(series["busy"], periods)
