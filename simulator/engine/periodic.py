@@ -11,7 +11,10 @@ time are affine in the number of micro-batches.
 ``periodic_event_step`` plays the step on the event engine (``play``: contention and
 overlap included) at ``FIRST_ROUND * pp`` micro-batches, then one period more each time,
 until the last three results lie on one line (same critical stage; every quantity's second
-difference below ``AFFINE_REL`` of its size), and extends that line to the plan's
+difference below ``AFFINE_REL`` of its size) whose slope is at least every engine
+resource's work per period (``_saturated``: a line below that bound has not reached the
+steady state yet - e.g. a host issuing ops slower than the device runs them takes over
+only after some micro-batches), and extends that line to the plan's
 micro-batches: a cost of about ``6 pp`` micro-batches (1F1B) or ``9 pp`` (interleaved)
 whatever their number. It names no schedule (the period is asked of ``validate``): a
 schedule, a host model or a contention pattern whose cost does not repeat fails the check,
@@ -35,7 +38,9 @@ MIN_PASSES = 2048          # ... or below this many passes (pp * vpp * micro-bat
                            # full play then costs tens of milliseconds, and it is exact to
                            # the last bit where the extended line agrees only to ~1e-13
 
-Played = tuple[float, int, dict[str, float], float]     # step end, critical stage, parts, busy
+# step end, critical stage, breakdown parts, busy time, work per engine resource
+Played = tuple[float, int, dict[str, float], float, dict[str, float]]
+Result4 = tuple[float, int, dict[str, float], float]
 
 
 def period_microbatches(plan: Plan, model, cluster) -> int:
@@ -67,12 +72,12 @@ def _extend(values: list[float], periods: float) -> float:
 
 
 def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Played]
-                        ) -> Played | None:
+                        ) -> Result4 | None:
     """The event engine's (step, critical stage, parts, busy) for ``plan`` from plays of
     ``FIRST_ROUND * pp`` micro-batches and one period more each time until the last three
     lie on one line; ``None`` when the plan is shorter than ``MIN_ROUNDS`` rounds or
     ``MIN_PASSES`` passes, a shortened plan is invalid, or no three plays within the
-    plan's own length are affine."""
+    plan's own length are affine and saturated."""
     m = plan.num_microbatches
     if m < MIN_ROUNDS * plan.pp or 2 * m * plan.pp * plan.vpp < MIN_PASSES:
         return None
@@ -89,7 +94,7 @@ def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Playe
             return None
         plays.append(play(p))
         spent, n = spent + n, n + q
-        if len(plays) >= 3 and _on_a_line(plays[-3:]):
+        if len(plays) >= 3 and _on_a_line(plays[-3:]) and _saturated(plays[-2:]):
             return _extended(plays[-2:], (m - (n - q)) / q)
     return None
 
@@ -97,11 +102,11 @@ def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Playe
 def _series(plays: list[Played]) -> dict[str, list[float]] | None:
     """Each reported quantity over the plays; ``None`` if the critical stage or the parts
     differ between plays."""
-    if len({c for _, c, _, _ in plays}) != 1 or len({tuple(d) for _, _, d, _ in plays}) != 1:
+    if len({p[1] for p in plays}) != 1 or len({tuple(p[2]) for p in plays}) != 1:
         return None
-    out = {"step": [s for s, _, _, _ in plays], "busy": [b for _, _, _, b in plays]}
+    out = {"step": [p[0] for p in plays], "busy": [p[3] for p in plays]}
     for key in plays[0][2]:
-        out["part " + key] = [d[key] for _, _, d, _ in plays]
+        out["part " + key] = [p[2][key] for p in plays]
     return out
 
 
@@ -110,7 +115,17 @@ def _on_a_line(plays: list[Played]) -> bool:
     return series is not None and all(_affine(v) for v in series.values())
 
 
-def _extended(plays: list[Played], periods: float) -> Played:
+def _saturated(plays: list[Played]) -> bool:
+    """Whether the step grows per period at least as fast as the work on every engine
+    resource (a stream runs its tasks one at a time, a link shares its rate): below that
+    the line cannot last, a slower resource (a host issuing ops, a link) must take over
+    further on, and more plays are needed."""
+    (s0, *_, w0), (s1, *_, w1) = plays
+    slope = s1 - s0
+    return all(w1[r] - w0.get(r, 0.0) <= slope + AFFINE_REL * max(abs(s1), 1e-12) for r in w1)
+
+
+def _extended(plays: list[Played], periods: float) -> Result4:
     series = _series(plays)
     parts = {key: _extend(series["part " + key], periods) for key in plays[0][2]}
     return _extend(series["step"], periods), plays[0][1], parts, _extend(series["busy"], periods)

@@ -15,6 +15,7 @@ from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, validate
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
+from .host_span import stage_span
 from .network_use import with_link_use
 from .periodic import periodic_event_step
 from .memory_fit import memory_verdict
@@ -48,8 +49,7 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
     fast = None
     if engine == "event" and periodic and not keep_timeline:
-        fast = periodic_event_step(plan, model, cluster, lambda p: _event_step(
-            stages, model, p, cluster, profile, groups)[:4])
+        fast = _periodic_step(stages, model, plan, cluster, profile, groups)
     if fast is not None:
         step, crit, bd, busy = fast
         timeline = []
@@ -71,11 +71,23 @@ def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: Transformer
 
 
 # ---- event engine ---------------------------------------------------------------------------
-def _event_step(stages, model, plan, cluster, prof, groups, memory=None):
-    """``memory`` given: also record the timeline (``engine.timeline``)."""
+def _periodic_step(stages, model, plan, cluster, prof, groups):
+    """The event engine's numbers from short plays (``engine.periodic``), or ``None``."""
+    def play(p: Plan):
+        work: dict[str, float] = {}
+        return _event_step(stages, model, p, cluster, prof, groups, work=work)[:4] + (work,)
+    return periodic_event_step(plan, model, cluster, play)
+
+
+def _event_step(stages, model, plan, cluster, prof, groups, memory=None, work=None):
+    """``memory`` given: also record the timeline (``engine.timeline``); ``work`` given:
+    fill it with the seconds of work on each engine resource."""
     eng = Engine()
     st = build_tasks(eng, stages, model, plan, cluster, prof, groups)
     eng.run()
+    if work is not None:
+        for t in eng.tasks:
+            work[t.resource] = work.get(t.resource, 0.0) + t.work_s
     ends = [eng.tasks[s.tail].end_s for s in st]
     crit = max(range(len(st)), key=lambda i: (ends[i], -i))
     bd, busy = _event_breakdown(eng, st, stages, crit, ends[crit])
@@ -87,7 +99,7 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
     s = st[crit]
     comp = [t for t in eng.tasks if t.resource == s.compute]
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0, "pp": 0.0,
-             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0}
+             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0, "host": 0.0}
     by_tid = {tid: u for u, tid in s.units.items()}
     prev_end = 0.0
     for t in comp:
@@ -103,6 +115,9 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
             continue
         if t.meta.get("kind") == "pp_send":
             parts["pp"] += t.work_s
+            continue
+        if t.meta.get("kind") in ("host", "host_wait"):
+            parts["host"] += t.work_s
             continue
         u = by_tid[t.tid]
         pc = stages[crit][u.chunk].fwd if u.fwd else stages[crit][u.chunk].bwd
@@ -124,18 +139,23 @@ def _attribute_gap(eng: Engine, t: Task, gap: float, parts: dict) -> None:
         parts["bubble"] += gap - pp
     elif kind == "dp_comm":
         parts["dp"] += gap
+    elif kind == "host":
+        parts["host"] += gap
     else:
         parts["bubble"] += gap
 
 
 # ---- closed form ----------------------------------------------------------------------------
 def _analytic_step(stages, plan, cluster, prof, groups):
-    """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and optimizer."""
+    """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and
+    optimizer; ``t`` per micro-batch includes the wait for the host (``host_span``), and
+    with one stage the host/device recursion is the whole pipeline."""
     m = plan.num_microbatches
-    per_mb = [sum(c.fwd.total_s + c.bwd.total_s for c in chunks) for chunks in stages]
+    spans = [stage_span(chunks, plan, prof, s) for s, chunks in enumerate(stages)]
+    per_mb = [sp.span_s / m for sp in spans]
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
-    t = per_mb[crit]
-    pipe = m * t + (plan.pp - 1) / plan.vpp * t if plan.pp > 1 else m * t
+    t, sp = per_mb[crit], spans[crit]
+    pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
     dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
         if plan.zero_stage < 3 else 0.0
     last_bwd = sum(c.bwd.total_s for c in stages[crit])
@@ -144,14 +164,15 @@ def _analytic_step(stages, plan, cluster, prof, groups):
         dp_exposed += param_gather_time_s(*chunk_params(stages[crit]), plan, groups, prof)
     opt = optimizer_time_s(stages[crit], plan, cluster, prof)
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
-             "bubble": pipe - m * t, "optimizer": opt, "interference": 0.0}
+             "bubble": pipe - sp.span_s, "optimizer": opt, "interference": 0.0,
+             "host": sp.span_s - sp.device_s}
     for c in stages[crit]:
         for pc in (c.fwd, c.bwd):
             parts["compute"] += m * pc.compute_s
             parts["interference"] += m * pc.interference_s
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + m * v
-    return pipe + dp_exposed + opt, crit, parts, m * t + opt, []
+    return pipe + dp_exposed + opt, crit, parts, sp.device_s + sp.host_on_stream_s + opt, []
 
 
 # ---- result ---------------------------------------------------------------------------------
@@ -173,7 +194,8 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
     bd = Breakdown(compute_s=parts["compute"], tp_comm_s=parts["tp"], cp_comm_s=parts["cp"],
                    ep_comm_s=parts["ep"], dp_comm_s=parts["dp"], pp_comm_s=parts["pp"],
                    bubble_s=parts["bubble"], optimizer_s=parts["optimizer"],
-                   interference_s=parts["interference"], overhead_s=step - sum(parts.values()))
+                   interference_s=parts["interference"], overhead_s=step - sum(parts.values()),
+                   host_s=parts.get("host", 0.0))
     peaks = [m.total_bytes for m in memory]
     return Result(step_time_s=step, tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
                   model_tflops_per_gpu=model_flops / step / n / 1e12,

@@ -9,6 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 
+from ..cost.host import (
+    HostCost,
+    device_bytes_per_param_bwd,
+    eager_host,
+    layer_host,
+    mechanisms_host,
+    param_tensors,
+)
 from ..cost.layer import (
     PassCost,
     Segment,
@@ -111,8 +119,15 @@ class _LayerCache:
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
+            _set_host(cf, layer_host(fwd, self.prof, False, self.p.host_mode))
+            _set_host(cb, layer_host(bwd, self.prof, True, self.p.host_mode))
             self._cache[key] = (fwd, cf, cb)
         return self._cache[key]
+
+
+def _set_host(pc: PassCost, h: HostCost) -> PassCost:
+    pc.host_s, pc.host_ops = h.seconds, h.ops
+    return pc
 
 
 def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof: Profile,
@@ -138,21 +153,44 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
+    tensors = 0
     for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
         run = list(run)
         lf, cf, cb = cache.get(run[0])
         fwd.add_each(cf, len(run))
         bwd.add_each(cb, len(run))
         all_fwd = lf
+        tensors += len(run) * param_tensors(lf)
     if extra:
-        fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
-        bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
-    if plan.grad_accum_bytes_per_param > 0:
-        bwd.add(pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
-                          plan.tp_overlap))
+        fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
+                          eager_host(extra, prof, False, plan.host_mode)))
+        eb = backward_ops(extra)
+        bwd.add(_set_host(pass_cost(eb, cluster.gpu, prof, groups, plan.tp_overlap),
+                          eager_host(eb, prof, True, plan.host_mode)))
+        tensors += param_tensors(extra)
+    _add_per_param_work(fwd, bwd, params, len(layers), tensors, plan, cluster, prof, groups)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra)
+
+
+def _add_per_param_work(fwd: PassCost, bwd: PassCost, params: float, layers: int,
+                        tensors: int, plan: Plan, cluster: ClusterSpec, prof: Profile,
+                        groups: dict[str, GroupPlacement]) -> None:
+    """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
+    GEMM, and the framework's host mechanisms (hooks, loops) with their device copies."""
+    ops = []
+    if plan.grad_accum_bytes_per_param > 0:
+        ops.append(_grad_accumulation_op(params, plan))
+    nb = device_bytes_per_param_bwd(plan.host_mechanisms)
+    if nb > 0:
+        ops.append(Op("framework_grad_copies", OpKind.MEMORY, bytes_moved=params * nb,
+                      kernels=max(1, 2 * tensors), mem_kind="copy"))
+    if ops:
+        bwd.add(pass_cost(ops, cluster.gpu, prof, groups, plan.tp_overlap))
+    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof)
+    fwd.add(_set_host(PassCost(), hf))
+    bwd.add(_set_host(PassCost(), hb))
 
 
 def _grad_accumulation_op(params: float, plan: Plan) -> Op:

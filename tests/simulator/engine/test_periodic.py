@@ -104,6 +104,28 @@ def test_fast_path_is_taken_and_exact_where_the_schedule_repeats(blocking, vpp, 
     _agree(fast, ref)
 
 
+def test_a_line_below_a_resource_s_work_is_not_extended():
+    """A host slower than the device (a100 profile's host model, MoE, overlapped sends): the
+    step grows by 8.125 ms per 2 micro-batches up to 8 micro-batches, then by 8.330 ms, the
+    host's own work per 2 micro-batches. Three affine plays at 4, 6, 8 must not be
+    extended (their slope is below the host stream's work per period)."""
+    model, prof = _MODELS[1], _PROFILES["a100-sxm-80gb"]
+    cluster = make_cluster("a100-sxm-80gb", 8, 2, None, None, None, None, None, 1.0)
+    plan = Plan(tp=2, pp=2, dp=2, ep=2, vpp=2, global_batch=48, sequence_parallel=True,
+                recompute="full", schedule="interleaved", dp_overlap=False, tp_overlap=True,
+                pp_blocking_p2p=False)
+    _agree(simulate(model, plan, cluster, prof), simulate(model, plan, cluster, prof, periodic=False))
+    sim = importlib.import_module("simulator.engine.simulate")
+    works = []
+    for m in (4, 6, 8):
+        work: dict = {}
+        p = periodic.truncated(plan, m)
+        groups = sim.place_groups(cluster, p)
+        stages = sim.build_chunks(model, p, cluster, prof, groups)
+        works.append(sim._event_step(stages, model, p, cluster, prof, groups, work=work)[:4] + (work,))
+    assert periodic._on_a_line(works) and not periodic._saturated(works[-2:])
+
+
 def test_short_or_timeline_plans_play_in_full():
     model = _MODELS[0]
     plan = Plan(pp=4, dp=1, global_batch=4 * (periodic.MIN_ROUNDS - 1))
