@@ -1,8 +1,9 @@
 """Hardware facts as data (``data/*.json``, a source for every number) and the loaders and
 topology builders that turn them into ``simulator.hardware.specs`` specs.
 
-Imports only the standard library, networkx and ``simulator.hardware.specs`` / ``simulator.errors``
-(``simulator.hardware.profile`` lazily, for ``load_profile``).
+Imports only the standard library and ``simulator.hardware.specs`` / ``simulator.errors``
+(networkx only when a topology graph is built, ``simulator.hardware.profile`` lazily, for
+``load_profile``).
 """
 from .cluster import build_cluster
 from .loaders import (

@@ -29,15 +29,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 from itertools import combinations
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InvalidInputError
 from simulator.hardware.specs import ClusterSpec, LinkSpec, NodeSpec
 from simulator.network.topology import SPINE, Layout, path_links, route  # noqa: F401 (re-exported)
 
 from . import loaders
+
+if TYPE_CHECKING:                      # networkx loads only when a graph is built
+    import networkx as nx
 
 
 def _edge_attrs(link: LinkSpec, tier: str, bandwidth: float | None = None,
@@ -94,6 +95,7 @@ def _add_spine(g: nx.Graph, lay: Layout, nic: LinkSpec, oversubscription: float)
 @lru_cache(maxsize=16)
 def _cached(node: NodeSpec, gpu_key: str, n_gpus: int, rail_optimized: bool,
             oversubscription: float) -> nx.Graph:
+    import networkx as nx
     lay = _layout(node, n_gpus, rail_optimized)
     g = nx.Graph(layout=lay, oversubscription=oversubscription)
     _add_scale_up(g, lay, node.scale_up)

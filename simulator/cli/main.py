@@ -14,6 +14,8 @@ process killed by that signal.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import signal
 import sys
 import traceback
@@ -23,7 +25,7 @@ from ..errors import ComplexityError
 from .checks import check_args
 from .flags import finish_parser
 from .progress import listening_for
-from .registry import COMMANDS
+from .registry import CALIBRATE, COMMANDS, TABLE
 
 
 class Terminated(BaseException):
@@ -46,23 +48,49 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import (collective, commands, module, search,  # noqa: F401  (each registers
-                   workflow)                                # its commands)
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (``only``: a command name, or ``""`` for none) one whose other
+    commands are names with their help (``registry.TABLE``), so only the module of the
+    command that runs is imported (``complexity --help``: none)."""
     parser = Parser(
         prog="complexity",
         description="Predict distributed training step time, throughput, memory and cost.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_text, add) in COMMANDS.items():
-        add(sub.add_parser(name, help=help_text, description=help_text))
-    _add_optional_commands(sub)
+    wanted = None if only is None else TABLE.get(only, ("", ""))[0]
+    if only is None:
+        from . import (collective, commands, module, search,  # noqa: F401  (each registers
+                       workflow)                                # its commands)
+    elif wanted and wanted != CALIBRATE:
+        importlib.import_module(wanted)
+    for name, (where, help_text) in TABLE.items():
+        if where == CALIBRATE:
+            continue
+        if only is None or where == wanted:
+            help_text, add = COMMANDS[name]
+            add(sub.add_parser(name, help=help_text, description=help_text))
+        else:
+            sub.add_parser(name, help=help_text, description=help_text)
+    _add_optional_commands(sub, load=only is None or wanted == CALIBRATE)
     for p in sub.choices.values():
         finish_parser(p)
     return parser
 
 
-def _add_optional_commands(sub) -> None:
-    """Commands that live in packages beyond the core (calibrate needs torch at run time)."""
+def command_word(argv: list[str]) -> str:
+    """The sub-command ``argv`` names (its first word that is not an option), or ``""``."""
+    word = next((a for a in argv if not a.startswith("-")), "")
+    return word if word in TABLE else ""
+
+
+def _add_optional_commands(sub, load: bool) -> None:
+    """Commands that live in packages beyond the core (calibrate needs torch at run time);
+    without ``load`` only their names and help, when the package is there."""
+    if not load:
+        if importlib.util.find_spec("calibrate") is not None:
+            for name, (where, help_text) in TABLE.items():
+                if where == CALIBRATE:
+                    sub.add_parser(name, help=help_text, description=help_text)
+        return
     try:
         from calibrate import cli as calibrate_cli
     except ImportError:
@@ -103,7 +131,8 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_word(argv))
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
     try:

@@ -14,13 +14,14 @@ creation order and the same inputs give the same timeline.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ComplexityError
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     tid: int
     name: str
@@ -56,7 +57,7 @@ class Engine:
             raise ComplexityError(f"unknown resource {resource!r}")
         if work_s < 0:
             raise ComplexityError(f"negative duration for task {name!r}")
-        t = Task(len(self.tasks), name, resource, float(work_s), [], dict(meta))
+        t = Task(len(self.tasks), name, resource, float(work_s), [], meta)
         self.tasks.append(t)
         self._queues[resource].append(t.tid)
         for d, frac in deps or []:
@@ -82,91 +83,145 @@ class Engine:
         return max((t.end_s for t in self.tasks), default=0.0)
 
 
-class _Sim:
-    def __init__(self, eng: Engine) -> None:
-        self.e = eng
-        self.heap: list[tuple[float, int, str, int, int]] = []   # time, seq, kind, task, aux
-        self.seq = 0
-        self.pending = [len(t.deps) for t in eng.tasks]
-        self.dependents: list[list[tuple[int, float]]] = [[] for _ in eng.tasks]
-        for t in eng.tasks:
-            for d, frac in t.deps:
-                self.dependents[d].append((t.tid, frac))
-        self.head = {r: 0 for r in eng._queues}
-        self.busy = {r: False for r in eng._queues}
-        self.flows: dict[str, dict[int, float]] = {r: {} for r in eng._queues}  # tid -> remaining work
-        self.link_clock = {r: 0.0 for r in eng._queues}
-        self.version = {r: 0 for r in eng._queues}
+_READY, _END, _RELEASE, _FLOW = 0, 1, 2, 3      # event kinds, in no particular order
 
-    def push(self, time: float, kind: str, tid: int, aux: int = 0) -> None:
-        """``aux``: link version for "flow" events, releasing task for "release" events."""
-        heapq.heappush(self.heap, (time, self.seq, kind, tid, aux))
-        self.seq += 1
+
+class _Sim:
+    """The event loop over flat per-task lists (resources numbered, task fields copied out
+    and written back at the end): same events, same order, same arithmetic as playing on
+    the ``Task`` objects, at a fraction of the attribute traffic."""
+
+    def __init__(self, eng: Engine) -> None:
+        tasks = eng.tasks
+        names = list(eng._queues)
+        rid = {r: i for i, r in enumerate(names)}
+        self.tasks = tasks
+        self.is_link = [eng._kinds[r] == "link" for r in names]
+        self.queues = [eng._queues[r] for r in names]
+        self.res = [rid[t.resource] for t in tasks]
+        self.work = [t.work_s for t in tasks]
+        n = len(tasks)
+        self.start = [-1.0] * n
+        self.end = [-1.0] * n
+        self.ready = [-1.0] * n
+        self.crit = [-1] * n
+        self.pending = [len(t.deps) for t in tasks]
+        self.at_end: list[list[int]] = [[] for _ in range(n)]
+        self.partial: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        for t in tasks:
+            for d, frac in t.deps:
+                if frac >= 1:
+                    self.at_end[d].append(t.tid)
+                else:
+                    self.partial[d].append((t.tid, frac))
+        k = len(names)
+        self.heap: list[tuple[float, int, int, int, int]] = []   # time, seq, kind, task, aux
+        self.seq = itertools.count()
+        self.head = [0] * k
+        self.busy = [False] * k
+        self.flows: list[dict[int, float]] = [{} for _ in range(k)]   # tid -> remaining work
+        self.link_clock = [0.0] * k
+        self.version = [0] * k
+
+    def push(self, time: float, kind: int, tid: int, aux: int = 0) -> None:
+        """``aux``: link version for flow events, releasing task for release events."""
+        heapq.heappush(self.heap, (time, next(self.seq), kind, tid, aux))
 
     def go(self) -> None:
-        for t in self.e.tasks:
+        """The loop, with the stream events written out inline (``on_release``,
+        ``on_end``, ``on_ready`` and ``try_start_stream`` do the same, one call each)."""
+        for t in self.tasks:
             if not t.deps:
-                self.push(0.0, "ready", t.tid)
-        while self.heap:
-            now, _, kind, tid, ver = heapq.heappop(self.heap)
-            if kind == "ready":
-                self.on_ready(now, tid)
-            elif kind == "end":
-                self.on_end(now, tid)
-            elif kind == "release":
-                self.on_release(now, tid, ver)
-            elif kind == "flow" and ver == self.version[self.e.tasks[tid].resource]:
-                self.on_flow_end(now, self.e.tasks[tid].resource)
+                self.push(0.0, _READY, t.tid)
+        heap, pop, push, seq = self.heap, heapq.heappop, heapq.heappush, self.seq
+        pending, ready, crit, res, is_link = (self.pending, self.ready, self.crit, self.res,
+                                              self.is_link)
+        end, at_end, start_stream = self.end, self.at_end, self.try_start_stream
+        while heap:
+            now, _, kind, tid, aux = pop(heap)
+            if kind == _RELEASE:
+                pending[tid] -= 1
+                if now >= ready[tid]:
+                    ready[tid] = now
+                    crit[tid] = aux
+                if pending[tid] == 0:
+                    push(heap, (now, next(seq), _READY, tid, 0))
+            elif kind == _END:
+                end[tid] = now
+                r = res[tid]
+                self.busy[r] = False
+                self.head[r] += 1
+                for dep in at_end[tid]:
+                    push(heap, (now, next(seq), _RELEASE, dep, tid))
+                start_stream(now, r)
+            elif kind == _READY:
+                if now > ready[tid]:
+                    ready[tid] = now
+                r = res[tid]
+                if is_link[r]:
+                    self.on_ready(now, tid)
+                else:
+                    start_stream(now, r)
+            elif aux == self.version[res[tid]]:
+                self.on_flow_end(now, res[tid])
+        for t in self.tasks:
+            i = t.tid
+            t.start_s, t.end_s, t.ready_s, t.critical_dep = (self.start[i], self.end[i],
+                                                              self.ready[i], self.crit[i])
 
     def on_release(self, now: float, tid: int, source: int) -> None:
         self.pending[tid] -= 1
-        t = self.e.tasks[tid]
-        if now >= t.ready_s:
-            t.ready_s = now
-            t.critical_dep = source
+        if now >= self.ready[tid]:
+            self.ready[tid] = now
+            self.crit[tid] = source
         if self.pending[tid] == 0:
-            self.push(now, "ready", tid)
+            self.push(now, _READY, tid)
 
-    def release_dependents(self, task: Task, now: float, at_end: bool) -> None:
-        for dep, frac in self.dependents[task.tid]:
-            if (frac >= 1) == at_end:
-                when = now if at_end else task.start_s + frac * task.work_s
-                self.push(when, "release", dep, task.tid)
+    def release_dependents(self, tid: int, now: float, at_end: bool) -> None:
+        if at_end:
+            for dep in self.at_end[tid]:
+                self.push(now, _RELEASE, dep, tid)
+        else:
+            start, work = self.start[tid], self.work[tid]
+            for dep, frac in self.partial[tid]:
+                self.push(start + frac * work, _RELEASE, dep, tid)
 
     def on_ready(self, now: float, tid: int) -> None:
-        t = self.e.tasks[tid]
-        t.ready_s = max(t.ready_s, now)
-        r = t.resource
-        if self.e._kinds[r] == "stream":
+        if now > self.ready[tid]:
+            self.ready[tid] = now
+        r = self.res[tid]
+        if not self.is_link[r]:
             self.try_start_stream(now, r)
         else:
             self.advance_link(now, r)
-            self.flows[r][tid] = t.work_s
-            t.start_s = now
+            self.flows[r][tid] = self.work[tid]
+            self.start[tid] = now
             self.schedule_link(now, r)
 
-    def try_start_stream(self, now: float, r: str) -> None:
-        q = self.e._queues[r]
+    def try_start_stream(self, now: float, r: int) -> None:
+        q = self.queues[r]
         if self.busy[r] or self.head[r] >= len(q):
             return
-        t = self.e.tasks[q[self.head[r]]]
-        if self.pending[t.tid] > 0 or t.ready_s < 0 or t.ready_s > now:
+        tid = q[self.head[r]]
+        ready = self.ready[tid]
+        if self.pending[tid] > 0 or ready < 0 or ready > now:
             return
         self.busy[r] = True
-        t.start_s = now
-        self.push(now + t.work_s, "end", t.tid)
-        self.release_dependents(t, now, at_end=False)
+        self.start[tid] = now
+        self.push(now + self.work[tid], _END, tid)
+        if self.partial[tid]:
+            self.release_dependents(tid, now, at_end=False)
 
     def on_end(self, now: float, tid: int) -> None:
-        t = self.e.tasks[tid]
-        t.end_s = now
-        self.busy[t.resource] = False
-        self.head[t.resource] += 1
-        self.release_dependents(t, now, at_end=True)
-        self.try_start_stream(now, t.resource)
+        self.end[tid] = now
+        r = self.res[tid]
+        self.busy[r] = False
+        self.head[r] += 1
+        self.release_dependents(tid, now, at_end=True)
+        self.try_start_stream(now, r)
 
     # ---- processor-sharing links -------------------------------------------------------
-    def advance_link(self, now: float, r: str) -> None:
+    def advance_link(self, now: float, r: int) -> None:
         flows = self.flows[r]
         if flows:
             dt = (now - self.link_clock[r]) / len(flows)
@@ -174,16 +229,16 @@ class _Sim:
                 flows[k] -= dt
         self.link_clock[r] = now
 
-    def schedule_link(self, now: float, r: str) -> None:
+    def schedule_link(self, now: float, r: int) -> None:
         self.version[r] += 1
         flows = self.flows[r]
         if not flows:
             return
         tid = min(flows, key=lambda k: (flows[k], k))
         finish = now + max(0.0, flows[tid]) * len(flows)
-        self.push(finish, "flow", tid, self.version[r])
+        self.push(finish, _FLOW, tid, self.version[r])
 
-    def on_flow_end(self, now: float, r: str) -> None:
+    def on_flow_end(self, now: float, r: int) -> None:
         self.advance_link(now, r)
         flows = self.flows[r]
         done = [k for k, w in flows.items() if w <= 1e-12 * max(1.0, now)]
@@ -191,7 +246,6 @@ class _Sim:
             done = [min(flows, key=lambda k: (flows[k], k))]
         for k in sorted(done):
             del flows[k]
-            t = self.e.tasks[k]
-            t.end_s = now
-            self.release_dependents(t, now, at_end=True)
+            self.end[k] = now
+            self.release_dependents(k, now, at_end=True)
         self.schedule_link(now, r)

@@ -18,6 +18,7 @@ from ..workload.spec import TransformerSpec
 from .events import Engine, Task
 from .host_span import stage_span
 from .network_use import with_link_use
+from .periodic import periodic_event_step
 from .memory_fit import memory_verdict
 from .result import Breakdown, Result, StageReport
 from .timeline import build_timeline
@@ -33,8 +34,13 @@ from .step import (
 
 
 def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: Profile,
-             engine: str = "event", keep_timeline: bool = False) -> Result:
-    """Predict one optimizer step. Raises ``InvalidInputError`` for an invalid plan."""
+             engine: str = "event", keep_timeline: bool = False,
+             periodic: bool = True) -> Result:
+    """Predict one optimizer step. Raises ``InvalidInputError`` for an invalid plan.
+
+    ``periodic`` (event engine, no timeline): play a few rounds of the steady state and
+    extend them when the schedule repeats (``engine.periodic``); ``False`` plays every
+    micro-batch (the reference path)."""
     t0 = time.perf_counter()
     if engine not in ("event", "analytic"):
         raise InvalidInputError("engine", engine, "event or analytic")
@@ -46,7 +52,13 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     groups = place_groups(cluster, plan)
     stages = build_chunks(model, plan, cluster, profile, groups)
     memory = [stage_memory(s, chunks, plan, model) for s, chunks in enumerate(stages)]
-    if engine == "event":
+    fast = None
+    if engine == "event" and periodic and not keep_timeline:
+        fast = _periodic_step(stages, model, plan, cluster, profile, groups)
+    if fast is not None:
+        step, crit, bd, busy = fast
+        timeline = []
+    elif engine == "event":
         step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups,
                                                      memory if keep_timeline else None)
     else:
@@ -64,11 +76,23 @@ def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: Transformer
 
 
 # ---- event engine ---------------------------------------------------------------------------
-def _event_step(stages, model, plan, cluster, prof, groups, memory=None):
-    """``memory`` given: also record the timeline (``engine.timeline``)."""
+def _periodic_step(stages, model, plan, cluster, prof, groups):
+    """The event engine's numbers from short plays (``engine.periodic``), or ``None``."""
+    def play(p: Plan):
+        work: dict[str, float] = {}
+        return _event_step(stages, model, p, cluster, prof, groups, work=work)[:4] + (work,)
+    return periodic_event_step(plan, model, cluster, play)
+
+
+def _event_step(stages, model, plan, cluster, prof, groups, memory=None, work=None):
+    """``memory`` given: also record the timeline (``engine.timeline``); ``work`` given:
+    fill it with the seconds of work on each engine resource."""
     eng = Engine()
     st = build_tasks(eng, stages, model, plan, cluster, prof, groups)
     eng.run()
+    if work is not None:
+        for t in eng.tasks:
+            work[t.resource] = work.get(t.resource, 0.0) + t.work_s
     ends = [eng.tasks[s.tail].end_s for s in st]
     crit = max(range(len(st)), key=lambda i: (ends[i], -i))
     bd, busy = _event_breakdown(eng, st, stages, crit, ends[crit])

@@ -7,6 +7,7 @@ included) for one micro-batch, plus the parameters the chunk owns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from ..cost.host import (
     HostCost,
@@ -153,12 +154,13 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
     tensors = 0
-    for layer in layers:
-        lf, cf, cb = cache.get(layer)
-        fwd.add(cf)
-        bwd.add(cb)
+    for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
+        run = list(run)
+        lf, cf, cb = cache.get(run[0])
+        fwd.add_each(cf, len(run))
+        bwd.add_each(cb, len(run))
         all_fwd = lf
-        tensors += param_tensors(lf)
+        tensors += len(run) * param_tensors(lf)
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(extra, prof, False, plan.host_mode)))

@@ -267,9 +267,13 @@ def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan
                 eng.depend(stage.hosts[u], x)
 
 
-def _last_backward(stage: StageTasks, chunk: int) -> int:
-    bwd = [(tid, u) for u, tid in stage.units.items() if not u.fwd and u.chunk == chunk]
-    return max(bwd)[0]
+def _last_backwards(stage: StageTasks) -> dict[int, int]:
+    """Chunk -> the task of its last backward pass on the stage (the highest task id)."""
+    last: dict[int, int] = {}
+    for u, tid in stage.units.items():
+        if not u.fwd and tid > last.get(u.chunk, -1):
+            last[u.chunk] = tid
+    return last
 
 
 def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], plan: Plan,
@@ -279,11 +283,13 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
     dense, expert = chunk_params(chunks)
     link = f"stage{s}.{link_of(dp_reduce_costs(dense, expert, plan, groups, prof))}"
     prev = -1
+    last_b = _last_backwards(stage)
     if plan.zero_stage < 3 and (groups["dp"].size > 1 or groups["edp"].size > 1):
-        for ch in sorted(chunks, key=lambda c: -_last_backward(stage, c.chunk)):
-            prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev)
+        for ch in sorted(chunks, key=lambda c: -last_b[c.chunk]):
+            prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev,
+                                  last_b[ch.chunk])
     deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
-    t_int = _dp_interference_s(eng, stage, chunks, plan, prof, groups)
+    t_int = _dp_interference_s(eng, last_b, chunks, plan, prof, groups)
     if t_int > 0:
         stage.last_unit = eng.add("interference (dp overlap)", stage.compute, t_int,
                                   [(stage.last_unit, 1.0)], stage=s, kind="interference")
@@ -298,15 +304,15 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         stage.dp_tasks.append(stage.tail)
 
 
-def _dp_interference_s(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], plan: Plan,
-                       prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+def _dp_interference_s(eng: Engine, last_backward: dict[int, int], chunks: list[ChunkWork],
+                       plan: Plan, prof: Profile, groups: dict[str, GroupPlacement]) -> float:
     """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
     per chunk the overlap is the shorter of its reduction and its last backward pass."""
     if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
         return 0.0
     total = 0.0
     for ch in chunks:
-        last_b = eng.tasks[_last_backward(stage, ch.chunk)].work_s
+        last_b = eng.tasks[last_backward[ch.chunk]].work_s
         total += interference_s(min(sum(bucket_times_s(ch, plan, groups, prof)), last_b), prof)
     return total
 
@@ -321,9 +327,10 @@ def bucket_times_s(ch: ChunkWork, plan: Plan, groups: dict[str, GroupPlacement],
 
 
 def _chunk_buckets(eng: Engine, stage: StageTasks, ch: ChunkWork, plan: Plan, prof: Profile,
-                   groups: dict[str, GroupPlacement], link: str, prev: int) -> int:
-    """Gradient buckets of one chunk, released as its last backward pass progresses."""
-    last_b = _last_backward(stage, ch.chunk)
+                   groups: dict[str, GroupPlacement], link: str, prev: int,
+                   last_b: int) -> int:
+    """Gradient buckets of one chunk, released as its last backward pass (``last_b``)
+    progresses."""
     times = bucket_times_s(ch, plan, groups, prof)
     for j, t in enumerate(times):
         frac = (j + 1) / len(times) if plan.dp_overlap else 1.0

@@ -20,12 +20,11 @@ are gone: the peak is ``state + max(activations + working set, step transient)``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..hardware.specs import Dtype
 from ..parallel.conventions import BucketKind
 from ..parallel.plan import Plan, Recompute, Schedule
-from ..parallel.schedule import stage_order
+from ..parallel.in_flight import live_chunk_counts  # noqa: F401  (re-exported)
 from ..workload.ops import Op, OpKind
 
 
@@ -158,24 +157,6 @@ def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: in
         else:
             freed += op.saved_bytes
     return worst
-
-
-@lru_cache(maxsize=65536)
-def live_chunk_counts(schedule: Schedule, stage: int, pp: int, m: int,
-                      vpp: int) -> tuple[tuple[int, ...], ...]:
-    """Micro-batches each chunk holds at the schedule's candidate worst moments: the live
-    count vectors after every forward that no other such vector dominates."""
-    live = [0] * vpp
-    seen: set[tuple[int, ...]] = set()
-    for u in stage_order(schedule, stage, pp, m, vpp):
-        live[u.chunk] += 1 if u.fwd else -1
-        if u.fwd:
-            seen.add(tuple(live))
-    kept: list[tuple[int, ...]] = []
-    for v in sorted(seen, key=lambda v: (-sum(v), v)):
-        if not any(all(a >= b for a, b in zip(w, v)) for w in kept):
-            kept.append(v)
-    return tuple(kept)
 
 
 def peak_activation_bytes(plan: Plan, stage: int, chunk_act_bytes: list[float]) -> float:

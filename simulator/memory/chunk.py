@@ -67,16 +67,26 @@ def edge_memory(model: TransformerSpec, sh: LayerShape, first: bool,
 def chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: list[int],
                  first: bool, last: bool) -> ChunkMemory:
     """Memory facts of a chunk holding ``layers`` (``first``: it has the embedding;
-    ``last``: the output layer and the loss)."""
+    ``last``: the output layer and the loss). Cached by what it depends on, the count of
+    each layer kind (not which layers): a search asks for the same chunk when it prunes,
+    ranks, confirms and spreads the coefficients of one plan, and stages hold alike chunks."""
+    kinds: dict[tuple[bool, bool], int] = {}
+    for i in layers:
+        k = model.layer_kind(i)
+        kinds[k] = kinds.get(k, 0) + 1
+    return _chunk_memory(model, plan, sh, tuple(sorted(kinds.items())), first, last)
+
+
+@lru_cache(maxsize=65536)
+def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape,
+                  kinds: tuple[tuple[tuple[bool, bool], int], ...], first: bool,
+                  last: bool) -> ChunkMemory:
     emb = model.vocab * model.hidden / plan.tp
     out = (emb if not (model.tied_embeddings and first) else 0.0) + model.hidden   # + final norm
     edge = (emb if first else 0.0) + (out if last else 0.0)
     params = dense = edge
     linear = act = transient = biggest = 0.0
-    kinds: dict[tuple[bool, bool], int] = {}
-    for i in layers:
-        kinds[model.layer_kind(i)] = kinds.get(model.layer_kind(i), 0) + 1
-    for kind, n in sorted(kinds.items()):
+    for kind, n in kinds:
         p, d, lin = rank_layer_params(model, plan, first_of_kind(model, kind))
         a, t = layer_memory(model, sh, plan.recompute, kind)
         params, dense, linear, act = params + n * p, dense + n * d, linear + n * lin, act + n * a

@@ -257,6 +257,7 @@ def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
                for kept in groups.values() for s, _ in kept)
 
 
+@lru_cache(maxsize=100_000)              # the same live sets meet again across plans
 def _covers(a: tuple[tuple[int, ...], ...], b: tuple[tuple[int, ...], ...]) -> bool:
     """Every live-count vector of ``b`` is matched or exceeded by one of ``a``, so ``a``'s
     activation peak is at least ``b``'s for any non-negative per-chunk activations."""
