@@ -13,6 +13,7 @@ from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory
 from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, validate
+from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
 from .network_use import with_link_use
@@ -92,7 +93,7 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
             parts["pp"] += t.work_s
             continue
         u = by_tid[t.tid]
-        pc = stages[crit][u.chunk].fwd if u.fwd else stages[crit][u.chunk].bwd
+        pc = stages[crit][u.chunk].pass_cost(u)
         parts["compute"] += pc.compute_s
         parts["interference"] += pc.interference_s
         for g, v in pc.comm_s.items():
@@ -119,10 +120,14 @@ def _attribute_gap(eng: Engine, t: Task, gap: float, parts: dict) -> None:
 def _analytic_step(stages, plan, cluster, prof, groups):
     """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and optimizer."""
     m = plan.num_microbatches
-    per_mb = [sum(c.fwd.total_s + c.bwd.total_s for c in chunks) for chunks in stages]
+    share = chunk_share(plan.schedule)
+    per_mb = [share * sum(c.fwd.total_s + c.bwd.total_s for c in chunks) for chunks in stages]
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
     t = per_mb[crit]
-    pipe = m * t + (plan.pp - 1) / plan.vpp * t if plan.pp > 1 else m * t
+    if splits_backward(plan.schedule):
+        pipe = m * t + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share))
+    else:
+        pipe = m * t + (plan.pp - 1) / plan.vpp * t if plan.pp > 1 else m * t
     dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
         if plan.zero_stage < 3 else 0.0
     last_bwd = sum(c.bwd.total_s for c in stages[crit])
@@ -134,11 +139,18 @@ def _analytic_step(stages, plan, cluster, prof, groups):
              "bubble": pipe - m * t, "optimizer": opt, "interference": 0.0}
     for c in stages[crit]:
         for pc in (c.fwd, c.bwd):
-            parts["compute"] += m * pc.compute_s
-            parts["interference"] += m * pc.interference_s
+            parts["compute"] += share * m * pc.compute_s
+            parts["interference"] += share * m * pc.interference_s
             for g, v in pc.comm_s.items():
-                parts[g] = parts.get(g, 0.0) + m * v
+                parts[g] = parts.get(g, 0.0) + share * m * v
     return pipe + dp_exposed + opt, crit, parts, m * t + opt, []
+
+
+def _fbw(chunks: list[ChunkWork], share: float) -> tuple[float, float, float]:
+    """(F, B, W) seconds of one micro-batch through the stage (B: input gradients only)."""
+    f = share * sum(c.fwd.total_s for c in chunks)
+    w = share * sum(c.wgrad.total_s for c in chunks)
+    return f, share * sum(c.bwd.total_s for c in chunks) - w, w
 
 
 # ---- result ---------------------------------------------------------------------------------
@@ -146,7 +158,7 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
             timeline) -> Result:
     n = cluster.n_gpus
     mbs_total = plan.num_microbatches * plan.dp
-    scale = plan.tp * plan.cp * mbs_total
+    scale = plan.tp * plan.cp * mbs_total * chunk_share(plan.schedule)   # DualPipe: 2 copies
     model_flops = scale * sum(c.fwd.model_flops + c.bwd.model_flops for ch in stages for c in ch)
     hw_flops = scale * sum(c.fwd.hardware_flops + c.bwd.hardware_flops for ch in stages for c in ch)
     peak = cluster.gpu.peak(plan.precision) * 1e12

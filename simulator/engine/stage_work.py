@@ -24,6 +24,7 @@ from ..network.collectives import Collective
 from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
+from ..parallel.schedule import Part, Unit, chunk_parts
 from ..workload.ops import (
     LayerShape,
     Op,
@@ -32,6 +33,7 @@ from ..workload.ops import (
     embedding_ops,
     head_ops,
     layer_ops,
+    weight_grad_ops,
 )
 from ..workload.spec import TransformerSpec
 
@@ -49,6 +51,28 @@ class ChunkWork:
     dense_params: float           # of which replicated over the full DP group
     memory: ChunkMemory           # what it keeps in memory (simulator.memory.chunk)
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
+    wgrad: PassCost = field(default_factory=PassCost)   # of bwd: the weight-gradient half (W)
+
+    def pass_cost(self, u: Unit) -> PassCost:
+        """What running ``u`` costs: the forward, the whole backward, or its B or W half
+        (W: the weight-gradient GEMMs and gradient accumulation; B: the rest)."""
+        if u.fwd:
+            return self.fwd
+        if u.part == Part.WEIGHT:
+            return self.wgrad
+        return self.bwd if u.part == Part.WHOLE else _without(self.bwd, self.wgrad)
+
+
+def _without(whole: PassCost, part: PassCost) -> PassCost:
+    """``whole`` less ``part``'s compute (``part`` is compute only); communication,
+    interference and the segments stay with the remainder."""
+    out = PassCost(compute_s=max(0.0, whole.compute_s - part.compute_s),
+                   comm_s=dict(whole.comm_s), interference_s=whole.interference_s,
+                   flops=whole.flops - part.flops, model_flops=whole.model_flops - part.model_flops,
+                   hardware_flops=whole.hardware_flops - part.hardware_flops,
+                   link_busy_s=dict(whole.link_busy_s), segments=list(whole.segments))
+    out.op_times = {k: v for k, v in whole.op_times.items() if k not in part.op_times}
+    return out
 
 
 def partition_layers(n_layers: int, chunks: int) -> list[list[int]]:
@@ -101,56 +125,64 @@ class _LayerCache:
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost, PassCost]] = {}
 
-    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost]:
+    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, PassCost]:
+        """(forward ops, forward cost, backward cost, of which the weight-gradient GEMMs)."""
         key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
-            self._cache[key] = (fwd, cf, cb)
+            cw = pass_cost(weight_grad_ops(bwd), self.c.gpu, self.prof, self.g, self.p.tp_overlap)
+            self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
 
 
 def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof: Profile,
                  groups: dict[str, GroupPlacement]) -> list[list[ChunkWork]]:
-    """``result[stage][chunk]`` for every stage and virtual chunk."""
-    C = plan.pp * plan.vpp
+    """``result[stage][chunk]`` for every stage and virtual chunk (layers placed as the
+    schedule places them: ``schedule.chunk_parts``)."""
+    C, placed = chunk_parts(plan.schedule, plan.pp, plan.vpp)
     parts = partition_layers(model.n_layers, C)
     cache = _LayerCache(model, plan, cluster, prof, groups)
     sh = cache.sh
     stages: list[list[ChunkWork]] = [[] for _ in range(plan.pp)]
     for c in range(plan.vpp):
         for s in range(plan.pp):
-            g = c * plan.pp + s
+            g = placed[s][c]
             stages[s].append(_chunk(model, plan, cluster, prof, groups, cache, sh, s, c,
                                     parts[g], first=(g == 0), last=(g == C - 1)))
     return stages
 
 
 def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
-    fwd, bwd = PassCost(), PassCost()
+    fwd, bwd, wgrad = PassCost(), PassCost(), PassCost()
     mem = chunk_memory(model, plan, sh, layers, first, last)
     params, dense = mem.params, mem.dense_params
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
     for layer in layers:
-        lf, cf, cb = cache.get(layer)
+        lf, cf, cb, cw = cache.get(layer)
         fwd.add(cf)
         bwd.add(cb)
+        wgrad.add(cw)
         all_fwd = lf
     if extra:
         fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
         bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
+        wgrad.add(pass_cost(weight_grad_ops(backward_ops(extra)), cluster.gpu, prof, groups,
+                            plan.tp_overlap))
     if plan.grad_accum_bytes_per_param > 0:
-        bwd.add(pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
-                          plan.tp_overlap))
+        acc = pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
+                        plan.tp_overlap)
+        bwd.add(acc)
+        wgrad.add(acc)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
 def _grad_accumulation_op(params: float, plan: Plan) -> Op:

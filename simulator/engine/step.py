@@ -8,7 +8,8 @@ runs (``dp_overlap``) or after it; the optimizer step; the ZeRO parameter all-ga
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
@@ -19,7 +20,7 @@ from ..network.collectives import Collective
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
-from ..parallel.schedule import Unit, sends_downstream, stage_order, upstream
+from ..parallel.schedule import Part, Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
 from .events import Engine
 from .stage_work import ChunkWork
@@ -42,6 +43,7 @@ class StageTasks:
     optimizer: int
     dp_tasks: list[int]
     tail: int                    # last task of the stage
+    ready: dict[Unit, int] = field(default_factory=dict)   # paired unit -> task ending its pair
 
 
 def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
@@ -120,37 +122,50 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
     m = plan.num_microbatches
     sends = pipeline_send_costs(model, plan, cluster, prof, groups)
     t_send = sum(c.time_s for c in sends)
-    out = [_compute_tasks(eng, s, stages[s], plan, m, t_send) for s in range(plan.pp)]
-    _pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
+    out = [stage_units(eng, s, plan, m, t_send, lambda u, s=s: stages[s][u.chunk].pass_cost(u).total_s)
+           for s in range(plan.pp)]
+    pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
 
 
-def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
-                   t_send: float) -> StageTasks:
-    """The stage's passes in schedule order; with ``pp_blocking_p2p`` each pass that feeds
-    another stage is followed by its send on the same stream (Megatron's and DeepSpeed's
-    synchronous p2p: the sender waits for the hand-off to complete)."""
+UNIT_KIND = {Part.WHOLE: "bwd", Part.INPUT: "bwd_input", Part.WEIGHT: "bwd_weight"}
+
+
+def unit_kind(u: Unit) -> str:
+    """Engine task kind of a pass: ``fwd``, ``bwd`` (whole backward), ``bwd_input`` (B),
+    ``bwd_weight`` (W)."""
+    return "fwd" if u.fwd else UNIT_KIND[u.part]
+
+
+def stage_units(eng: Engine, s: int, plan: Plan, m: int, t_send: float,
+                duration_s: Callable[[Unit], float]) -> StageTasks:
+    """The stage's passes in schedule order, each lasting ``duration_s(unit)``; with
+    ``pp_blocking_p2p`` each pass that feeds another stage is followed by its send on the
+    same stream (Megatron's and DeepSpeed's synchronous p2p: the sender waits for the
+    hand-off to complete)."""
     comp = f"stage{s}.compute"
     eng.stream(comp)
     for link in LINKS:
         eng.link(f"stage{s}.{link}")
-    units: dict[Unit, int] = {}
-    sends: dict[Unit, int] = {}
-    tid = -1
+    st = StageTasks({}, {}, comp, -1, -1, [], -1)
+    held: list[Unit] = []                    # a paired unit, waiting for its pair to end
     for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
-        ch = chunks[u.chunk]
-        pc = ch.fwd if u.fwd else ch.bwd
-        name = f"{'F' if u.fwd else 'B'} mb{u.mb} c{u.chunk}"
-        tid = eng.add(name, comp, pc.total_s, stage=s, kind="fwd" if u.fwd else "bwd",
-                      mb=u.mb, chunk=u.chunk)
-        units[u] = tid
-        if plan.pp_blocking_p2p and sends_downstream(u, s, plan.pp, plan.vpp):
-            tid = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk}", comp,
-                          t_send, stage=s, kind="pp_send")
-            sends[u] = tid
-    return StageTasks(units, sends, comp, tid, -1, [], tid)
+        tid = eng.add(f"{u.label} mb{u.mb} c{u.chunk}", comp, duration_s(u), stage=s,
+                      kind=unit_kind(u), mb=u.mb, chunk=u.chunk)
+        st.units[u] = tid
+        for prev in held:
+            st.ready[prev] = tid
+        sending = [u] if not u.paired else []
+        sending, held = held + sending, [u] if u.paired else []
+        for v in sending:
+            if plan.pp_blocking_p2p and sends_downstream(v, s, plan.pp, plan.vpp, plan.schedule):
+                tid = eng.add(f"send {'act' if v.fwd else 'grad'} mb{v.mb} c{v.chunk}", comp,
+                              t_send, stage=s, kind="pp_send")
+                st.sends[v] = tid
+        st.last_unit = st.tail = tid
+    return st
 
 
 def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
@@ -179,17 +194,23 @@ def pipeline_send_costs(model: TransformerSpec, plan: Plan, cluster: ClusterSpec
     return out
 
 
-def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
-                    link: str) -> None:
+def _producer(stage: StageTasks, u: Unit) -> Unit:
+    """``u`` as ``stage`` runs it: a backward named whole may run as its B half."""
+    return u if u in stage.units else Unit(u.fwd, u.mb, u.chunk, Part.INPUT)
+
+
+def pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
+                   link: str) -> None:
     """Wire each pass to the pass it consumes: through the producer's blocking send on its
     stream, or through an overlapped send on the producer's link."""
     for s, stage in enumerate(st):
         for u, tid in stage.units.items():
-            up = upstream(u, s, plan.pp, plan.vpp)
+            up = upstream(u, s, plan.pp, plan.vpp, plan.schedule)
             if up is None:
                 continue
-            src_stage, src_unit = up
-            src = st[src_stage].units[src_unit]
+            src_stage = up[0]
+            src_unit = _producer(st[src_stage], up[1])
+            src = st[src_stage].ready.get(src_unit, st[src_stage].units[src_unit])
             if src_stage == s:
                 eng.depend(tid, src)
             elif src_unit in st[src_stage].sends:
@@ -202,6 +223,7 @@ def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan
 
 
 def _last_backward(stage: StageTasks, chunk: int) -> int:
+    """The chunk's last backward task (a whole backward or a W: its gradients are done)."""
     bwd = [(tid, u) for u, tid in stage.units.items() if not u.fwd and u.chunk == chunk]
     return max(bwd)[0]
 

@@ -46,7 +46,7 @@ def build_timeline(eng: Engine, stages: list[list[ChunkWork]], memory: list[Stag
         if group:
             out += _comm_records(stage, group, t.name, t.start_s, t.end_s, links.get(group, ()),
                                  {"task": t.tid})
-        elif t.meta.get("kind") in ("fwd", "bwd"):
+        elif t.meta.get("kind") in ("fwd", "bwd", "bwd_input"):
             ch = stages[stage][t.meta["chunk"]]
             out += _pass_records(t, stage, ch.fwd if t.meta["kind"] == "fwd" else ch.bwd)
     for s, mem in enumerate(memory):
@@ -99,7 +99,7 @@ def _memory_counter(eng: Engine, s: int, mem: StageMemory,
         kind = t.meta.get("kind")
         if kind == "optimizer":
             opt = t
-        elif kind in ("fwd", "bwd"):
+        elif kind in ("fwd", "bwd", "bwd_weight"):      # W frees what B left (units.Unit)
             act = chunks[t.meta["chunk"]].memory.act_bytes
             at, sign = (t.start_s, 1.0) if kind == "fwd" else (t.end_s, -1.0)
             deltas[at] = deltas.get(at, 0.0) + sign * act

@@ -164,13 +164,20 @@ def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: in
 def live_chunk_counts(schedule: Schedule, stage: int, pp: int, m: int,
                       vpp: int) -> tuple[tuple[int, ...], ...]:
     """Micro-batches each chunk holds at the schedule's candidate worst moments: the live
-    count vectors after every forward that no other such vector dominates."""
+    count vectors after every forward that no other such vector dominates. A micro-batch
+    is live from its forward to its whole backward, or to its W when the backward is split:
+    B frees the tensors only it reads, but W still reads each linear layer's input (most of
+    what a layer keeps) and the output gradients B produced; counting the whole until W is
+    an upper bound (assumed; the zero-bubble papers count B as freeing part, Qi et al. 2024
+    Table 1)."""
     live = [0] * vpp
     seen: set[tuple[int, ...]] = set()
     for u in stage_order(schedule, stage, pp, m, vpp):
-        live[u.chunk] += 1 if u.fwd else -1
         if u.fwd:
+            live[u.chunk] += 1
             seen.add(tuple(live))
+        elif u.releases_activations:
+            live[u.chunk] -= 1
     kept: list[tuple[int, ...]] = []
     for v in sorted(seen, key=lambda v: (-sum(v), v)):
         if not any(all(a >= b for a, b in zip(w, v)) for w in kept):

@@ -16,7 +16,8 @@ from .figure import pyplot as _plt
 from .figure import save as _save
 from .trace import _track_name, _track_rank
 
-COLORS = {"fwd": "tab:blue", "bwd": "tab:green", "pp_send": "tab:purple",
+COLORS = {"fwd": "tab:blue", "bwd": "tab:green", "bwd_input": "tab:green",
+          "bwd_weight": "tab:brown", "pp_send": "tab:purple",
           "dp_comm": "tab:orange", "optimizer": "tab:red", "interference": "tab:gray",
           "collective": "tab:orange"}
 GROUP_COLORS = {"tp": "tab:cyan", "cp": "tab:olive", "ep": "tab:pink", "dp": "tab:orange",

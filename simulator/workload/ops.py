@@ -557,7 +557,7 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
     for op in reversed(fwd):
         if op.kind == OpKind.GEMM:
             dgrad = replace(op, name=op.name + "_dgrad", m=op.m, n=op.k, k=op.n, saved_bytes=0)
-            wgrad = replace(op, name=op.name + "_wgrad", m=op.k, n=op.n, k=op.m, saved_bytes=0)
+            wgrad = replace(op, name=op.name + WEIGHT_GRAD_SUFFIX, m=op.k, n=op.n, k=op.m, saved_bytes=0)
             out += [dgrad, wgrad]
         elif op.kind == OpKind.ATTENTION:
             out.append(replace(op, name=op.name + "_bwd", flops=2.5 * op.flops,
@@ -569,6 +569,15 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
         else:
             out.append(_conjugate(op))
     return [o for o in out if o is not None]
+
+
+WEIGHT_GRAD_SUFFIX = "_wgrad"
+
+
+def weight_grad_ops(bwd: list[Op]) -> list[Op]:
+    """The weight-gradient GEMMs of a backward op list (``backward_ops``): what a
+    zero-bubble schedule's W pass runs; the rest of the backward is its B pass."""
+    return [op for op in bwd if op.kind == OpKind.GEMM and op.name.endswith(WEIGHT_GRAD_SUFFIX)]
 
 
 _CONJ = {Collective.ALL_GATHER: Collective.REDUCE_SCATTER,
