@@ -84,6 +84,19 @@ def _pass_records(t: Task, stage: int, pc) -> list[dict[str, Any]]:
     return out
 
 
+def _pass_memory_delta(t: Task, kind: str, mem) -> tuple[float, float]:
+    """(when, bytes) a pass changes the rank's memory: a forward takes its activations at
+    its start, a whole backward frees them at its end; split, B trades them for what W
+    needs (``ChunkMemory.wgrad_hold_bytes``) and W frees that."""
+    if kind == "fwd":
+        return t.start_s, mem.act_bytes
+    if kind == "bwd_input":
+        return t.end_s, mem.wgrad_hold_bytes - mem.act_bytes
+    if kind == "bwd_weight":
+        return t.end_s, -mem.wgrad_hold_bytes
+    return t.end_s, -mem.act_bytes
+
+
 def _memory_counter(eng: Engine, s: int, mem: StageMemory,
                     chunks: list[ChunkWork]) -> list[dict[str, Any]]:
     """Bytes held by one rank of stage ``s`` over the step: weights, gradients, optimizer
@@ -99,10 +112,9 @@ def _memory_counter(eng: Engine, s: int, mem: StageMemory,
         kind = t.meta.get("kind")
         if kind == "optimizer":
             opt = t
-        elif kind in ("fwd", "bwd", "bwd_weight"):      # W frees what B left (units.Unit)
-            act = chunks[t.meta["chunk"]].memory.act_bytes
-            at, sign = (t.start_s, 1.0) if kind == "fwd" else (t.end_s, -1.0)
-            deltas[at] = deltas.get(at, 0.0) + sign * act
+        elif kind in ("fwd", "bwd", "bwd_input", "bwd_weight"):
+            at, delta = _pass_memory_delta(t, kind, chunks[t.meta["chunk"]].memory)
+            deltas[at] = deltas.get(at, 0.0) + delta
     points, level = [], base
     for at in sorted(deltas):
         level += deltas[at]

@@ -25,7 +25,7 @@ from functools import lru_cache
 from ..hardware.specs import Dtype
 from ..parallel.conventions import BucketKind
 from ..parallel.plan import Plan, Recompute, Schedule
-from ..parallel.schedule import stage_order
+from ..parallel.schedule import Part, splits_backward, stage_order
 from ..workload.ops import Op, OpKind
 
 
@@ -77,6 +77,7 @@ class ChunkMemory:
     layer_transient_bytes: float  # the largest layer-backward working set
     loss_transient_bytes: float   # the loss's own peak (last chunk only)
     head_saved_bytes: float = 0.0  # of act_bytes, kept by the output layer and the loss
+    wgrad_hold_bytes: float = 0.0  # kept per micro-batch from its B to its W (split backward)
 
 
 # ---- state ----------------------------------------------------------------------------------
@@ -141,6 +142,15 @@ def _grad_bytes(op: Op, act_bytes: int) -> float:
     return 0.0
 
 
+def wgrad_hold_bytes(fwd_ops: list[Op], act_bytes: int) -> float:
+    """Bytes a micro-batch keeps between its B and its W when the backward is split: for
+    every weight GEMM its input (the saved activation) and the gradient of its output
+    that B computed, which the deferred weight-gradient GEMM reads (the zero-bubble
+    implementations store this pair per linear layer: sail-sg's and DualPipe's
+    ``WeightGradStore``). Everything else the layer saved is freed by B."""
+    return sum(_grad_bytes(op, act_bytes) for op in fwd_ops if op.kind == OpKind.GEMM)
+
+
 def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: int) -> float:
     """The most one layer's backward holds beyond the activations counted for it, over
     the moments its ops run backward (in reverse order): the op's input and output
@@ -164,19 +174,24 @@ def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: in
 def live_chunk_counts(schedule: Schedule, stage: int, pp: int, m: int,
                       vpp: int) -> tuple[tuple[int, ...], ...]:
     """Micro-batches each chunk holds at the schedule's candidate worst moments: the live
-    count vectors after every forward that no other such vector dominates. A micro-batch
-    is live from its forward to its whole backward, or to its W when the backward is split:
-    B frees the tensors only it reads, but W still reads each linear layer's input (most of
-    what a layer keeps) and the output gradients B produced; counting the whole until W is
-    an upper bound (assumed; the zero-bubble papers count B as freeing part, Qi et al. 2024
-    Table 1)."""
-    live = [0] * vpp
+    count vectors after every forward (and every B) that no other such vector dominates.
+    A micro-batch holds its chunk's activations from its forward to its backward; when the
+    backward is split, B trades them for what W still needs (``wgrad_hold_bytes``), held
+    until W: the vector then has ``vpp`` more entries, micro-batches between B and W."""
+    split = splits_backward(schedule)
+    live = [0] * (2 * vpp if split else vpp)
     seen: set[tuple[int, ...]] = set()
     for u in stage_order(schedule, stage, pp, m, vpp):
         if u.fwd:
             live[u.chunk] += 1
             seen.add(tuple(live))
-        elif u.releases_activations:
+        elif u.part == Part.INPUT:
+            live[u.chunk] -= 1
+            live[vpp + u.chunk] += 1
+            seen.add(tuple(live))
+        elif u.part == Part.WEIGHT:
+            live[vpp + u.chunk] -= 1
+        else:
             live[u.chunk] -= 1
     kept: list[tuple[int, ...]] = []
     for v in sorted(seen, key=lambda v: (-sum(v), v)):
@@ -185,11 +200,14 @@ def live_chunk_counts(schedule: Schedule, stage: int, pp: int, m: int,
     return tuple(kept)
 
 
-def peak_activation_bytes(plan: Plan, stage: int, chunk_act_bytes: list[float]) -> float:
+def peak_activation_bytes(plan: Plan, stage: int, chunk_act_bytes: list[float],
+                          chunk_wgrad_hold_bytes: list[float] = ()) -> float:
     """Largest sum over live micro-batches of their chunk's activations (chunks differ:
-    the first holds the embedding, the last the output layer and the loss)."""
+    the first holds the embedding, the last the output layer and the loss), plus, with a
+    split backward, what those between B and W hold."""
     counts = live_chunk_counts(plan.schedule, stage, plan.pp, plan.num_microbatches, plan.vpp)
-    return max(sum(n * a for n, a in zip(v, chunk_act_bytes)) for v in counts)
+    per = list(chunk_act_bytes) + list(chunk_wgrad_hold_bytes)
+    return max(sum(n * a for n, a in zip(v, per)) for v in counts)
 
 
 # ---- the stage ------------------------------------------------------------------------------
@@ -252,6 +270,7 @@ def stage_memory(stage: int, chunks: list[ChunkMemory], plan: Plan) -> StageMemo
     w2, g2, o2 = state_bytes(expert, plan, expert_shard)
     fp8 = fp8_weight_copy_bytes(sum(c.linear_params for c in chunks), plan)
     step = optimizer_step_bytes(dense, plan, shard) + optimizer_step_bytes(expert, plan, expert_shard)
-    acts = peak_activation_bytes(plan, stage, [c.act_bytes for c in chunks])
+    acts = peak_activation_bytes(plan, stage, [c.act_bytes for c in chunks],
+                                 [c.wgrad_hold_bytes for c in chunks])
     ws, source = workspace(chunks, plan)
     return StageMemory(stage, w1 + w2 + fp8, g1 + g2, o1 + o2, acts, ws, step, fp8, source)
