@@ -144,11 +144,20 @@ def _grad_bytes(op: Op, act_bytes: int) -> float:
 
 def wgrad_hold_bytes(fwd_ops: list[Op], act_bytes: int) -> float:
     """Bytes a micro-batch keeps between its B and its W when the backward is split: for
-    every weight GEMM its input (the saved activation) and the gradient of its output
-    that B computed, which the deferred weight-gradient GEMM reads (the zero-bubble
-    implementations store this pair per linear layer: sail-sg's and DualPipe's
-    ``WeightGradStore``). Everything else the layer saved is freed by B."""
-    return sum(_grad_bytes(op, act_bytes) for op in fwd_ops if op.kind == OpKind.GEMM)
+    every weight GEMM its input as saved for backward and the gradient of its output that
+    B computed, which the deferred weight-gradient GEMM reads (the zero-bubble and DualPipe
+    implementations keep this pair per linear layer in their ``WeightGradStore``);
+    everything else the layer saved is freed by B. The input is the GEMM's saved bytes up
+    to its input's size (sharded under sequence parallelism, FP8 under FP8; a GEMM's saved
+    bytes may also carry outputs kept for later ops, e.g. Q, K, V); the output gradient is
+    counted at the size the GEMM reads it (for row-parallel layers the gathered full
+    sequence: assumed; an implementation keeping the sequence shard and gathering again at
+    W holds tp times less of it). Without parallelism a GPT layer holds 32 sbh bytes in
+    16-bit (inputs h + h + h + 4h, output gradients 3h + h + 4h + h, per token), against the
+    34 sbh + 5 as^2 b it keeps from F to B (Korthikanti et al. 2022)."""
+    return sum(min(op.saved_bytes, op.batch * op.m * op.k * act_bytes)   # input, as saved
+               + op.batch * op.m * op.n * act_bytes                          # output gradient
+               for op in fwd_ops if op.kind == OpKind.GEMM and op.has_weights)
 
 
 def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: int) -> float:

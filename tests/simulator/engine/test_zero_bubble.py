@@ -285,3 +285,16 @@ def test_cli_bad_schedule_is_one_line_listing_the_names(capsys):
     assert main(CLI + ["--schedule", "zb-h2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "schedule" in err and "zb-v" in err and "dualpipe" in err
+
+
+def test_w_holds_linear_inputs_and_output_gradients():
+    """A GPT layer without parallelism keeps 32 sbh bytes from B to W in 16-bit: inputs of
+    QKV, projection, fc1, fc2 (h, h, h, 4h per token) and their output gradients (3h, h,
+    4h, h), 2 bytes each."""
+    from simulator.engine.stage_work import layer_shape
+    from simulator.memory.accounting import wgrad_hold_bytes
+    from simulator.workload.ops import layer_ops
+    for attention in ("flash", "materialized"):
+        sh = layer_shape(MODEL, Plan(global_batch=1, attention=attention))
+        sbh = MODEL.seq_len * 1 * MODEL.hidden
+        assert wgrad_hold_bytes(layer_ops(MODEL, sh, 0), 2) == pytest.approx(32 * sbh)
