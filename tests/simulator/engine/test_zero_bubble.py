@@ -307,3 +307,14 @@ def test_w_holds_linear_inputs_and_output_gradients():
         sh = layer_shape(MODEL, Plan(global_batch=1, attention=attention))
         sbh = MODEL.seq_len * 1 * MODEL.hidden
         assert wgrad_hold_bytes(layer_ops(MODEL, sh, 0), 2) == pytest.approx(32 * sbh)
+
+
+def test_the_analyzer_takes_the_schedule(tmp_path):
+    from simulator import ComplexityAnalyzer
+    a = ComplexityAnalyzer(ledger=tmp_path / "ledger")
+    cfg = {"gpu": "h100-sxm", "gpus": 4, "pp": 4, "global_batch": 16}
+    base = a.predict_performance(dict(cfg), model=MODEL)
+    zb = a.predict_performance(dict(cfg, schedule="zb-h1"), model=MODEL)
+    assert zb.step_time_s < base.step_time_s
+    with pytest.raises(InvalidInputError):
+        a.predict_performance(dict(cfg, schedule="zb-h3"), model=MODEL)
