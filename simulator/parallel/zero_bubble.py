@@ -5,7 +5,9 @@ Technical Report, arXiv 2412.19437, sec. 3.2.1; github.com/deepseek-ai/DualPipe)
 
 As for the other schedules, no bubble formula is used here: the event engine plays these
 orders against the cross-stage dependencies and the idle time falls out. The published
-closed forms they are checked against are in ``schedules.json`` (tests).
+closed forms they are checked against, with their sources, are in
+``schedule.closed_form_bubble_s`` (used only by the analytic engine),
+``tests/simulator/engine/test_zero_bubble.py`` and ``docs/schedules.md``.
 
 Chunks and micro-batches:
 
