@@ -54,6 +54,8 @@ def _gantt(ax, rows, scale: float, unit: str) -> None:
     handles = [Patch(color=c, label=k) for k, c in
                (("forward", "tab:blue"), ("backward", "tab:green"), ("pipeline send", "tab:purple"),
                 ("optimizer", "tab:red"), ("interference", "tab:gray"))]
+    if any(r.get("kind") == "bwd_weight" for recs in rows.values() for r in recs):
+        handles.insert(2, Patch(color=COLORS["bwd_weight"], label="weight gradient (W)"))
     handles += [Patch(color=c, label=f"{g} collective")
                 for g, c in GROUP_COLORS.items() if any(k[2] == f"comm {g}" for k in keys)]
     ax.legend(handles=handles, fontsize=7, ncol=min(6, len(handles)), loc="upper center",
