@@ -64,13 +64,17 @@ class ChunkWork:
 
 
 def _without(whole: PassCost, part: PassCost) -> PassCost:
-    """``whole`` less ``part``'s compute (``part`` is compute only); communication,
-    interference and the segments stay with the remainder."""
-    out = PassCost(compute_s=max(0.0, whole.compute_s - part.compute_s),
+    """``whole`` less ``part``'s compute (``part`` is compute only); communication and
+    interference stay with the remainder, its compute segments shrink in proportion."""
+    left = max(0.0, whole.compute_s - part.compute_s)
+    scale = left / whole.compute_s if whole.compute_s > 0 else 0.0
+    segs = [seg if seg.group else replace(seg, exposed_s=seg.exposed_s * scale)
+            for seg in whole.segments]
+    out = PassCost(compute_s=left,
                    comm_s=dict(whole.comm_s), interference_s=whole.interference_s,
                    flops=whole.flops - part.flops, model_flops=whole.model_flops - part.model_flops,
                    hardware_flops=whole.hardware_flops - part.hardware_flops,
-                   link_busy_s=dict(whole.link_busy_s), segments=list(whole.segments))
+                   link_busy_s=dict(whole.link_busy_s), segments=segs)
     out.op_times = {k: v for k, v in whole.op_times.items() if k not in part.op_times}
     return out
 

@@ -22,6 +22,7 @@ from ..cost.layer import group_links
 from ..memory.accounting import StageMemory
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
+from ..parallel.schedule import Part, Unit
 from ..hardware.specs import ClusterSpec
 from .events import Engine, Task
 from .stage_work import ChunkWork
@@ -48,7 +49,9 @@ def build_timeline(eng: Engine, stages: list[list[ChunkWork]], memory: list[Stag
                                  {"task": t.tid})
         elif t.meta.get("kind") in ("fwd", "bwd", "bwd_input"):
             ch = stages[stage][t.meta["chunk"]]
-            out += _pass_records(t, stage, ch.fwd if t.meta["kind"] == "fwd" else ch.bwd)
+            part = Part.INPUT if t.meta["kind"] == "bwd_input" else Part.WHOLE
+            out += _pass_records(t, stage, ch.pass_cost(
+                Unit(t.meta["kind"] == "fwd", t.meta["mb"], t.meta["chunk"], part)))
     for s, mem in enumerate(memory):
         out += _memory_counter(eng, s, mem, stages[s])
     return out

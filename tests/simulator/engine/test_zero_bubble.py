@@ -318,3 +318,17 @@ def test_the_analyzer_takes_the_schedule(tmp_path):
     assert zb.step_time_s < base.step_time_s
     with pytest.raises(InvalidInputError):
         a.predict_performance(dict(cfg, schedule="zb-h3"), model=MODEL)
+
+
+def test_collectives_inside_a_b_pass_start_inside_it():
+    """The timeline places a B pass's collectives within the B task (its W's compute
+    removed from the pass's compute stretches)."""
+    plan = Plan(tp=2, pp=2, global_batch=4, schedule="zb-h1", sequence_parallel=True)
+    res = simulate(MODEL, plan, hardware_db.build_cluster("h100-sxm", 4), PROFILE,
+                   keep_timeline=True)
+    tasks = {r["tid"]: r for r in res.timeline if r.get("kind") == "bwd_input"}
+    inner = [r for r in res.timeline if r.get("kind") == "collective" and r.get("task") in tasks]
+    assert inner
+    for r in inner:
+        t = tasks[r["task"]]
+        assert t["start_s"] - 1e-12 <= r["start_s"] <= t["end_s"] + 1e-12
