@@ -99,6 +99,7 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
                         gpu, quiet, strict)
     from .bench import bench_attention, bench_gemm, default_plan, quick_plan
     from .bench_comm import BenchmarkError, bench_comm
+    from .bench_host import bench_host
     from .bench_mem import bench_memory
     from .store import environment
     t0 = time.perf_counter()
@@ -110,8 +111,8 @@ def run_calibrate(out_dir: str | Path, quick: bool = False, quiet: bool = False,
         print(describe(info), file=sys.stderr)
     env, plan = environment(info.key), quick_plan() if quick else default_plan()
     try:
-        with progress.task("calibrate: benchmarks", 4) as bar:
-            for bench in (bench_gemm, bench_memory, bench_attention):
+        with progress.task("calibrate: benchmarks", 5) as bar:
+            for bench in (bench_host, bench_gemm, bench_memory, bench_attention):
                 bar.note(bench.__name__.removeprefix("bench_"))
                 bench(out, env, plan, quiet)
                 bar.update(1)

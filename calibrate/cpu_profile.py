@@ -29,6 +29,7 @@ from simulator.hardware.profile import (
 from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 from simulator.network.collectives import Collective
 
+from .cpu_host import host_launch, host_model, load_host_rows
 from .discover import DeviceInfo, discover_cpu
 from .fit import (
     AttnPoint,
@@ -390,20 +391,26 @@ def fit_profiles(out_dir: Path, info: DeviceInfo | None = None,
     info = info or discover_cpu()
     bw, links, overlap, comm_fits = _communication(m)
     env = {k: str(m.gemm[0].get(k, "")) for k in FINGERPRINT_KEYS}
+    hsel = load_host_rows(out_dir, strict)
     out = {}
     for threads in sorted({r["threads"] for r in m.gemm}, reverse=True):
         cf = _compute_marked(fit_compute(m, threads), m, threads)
         name = "profile.json" if threads == max(r["threads"] for r in m.gemm) \
             else f"profile_{threads}thread.json"
         fits = {**cf.fits, **comm_fits}
+        gemm, memory, host, hnote = cf.gemm, cf.memory, None, ""
+        if hsel is not None and any(int(r["threads"]) == threads for r in hsel.rows):
+            host = host_model(hsel.rows, threads, threads in hsel.contaminated_threads)
+            gemm, memory, hnote = host_launch(gemm, memory)
         out[name] = Profile(
-            name=f"{info.key}-measured-{threads}t", device_key=info.key, gemm=cf.gemm,
-            memory=cf.memory, attention=cf.attention, links=links,
+            name=f"{info.key}-measured-{threads}t", device_key=info.key, gemm=gemm,
+            memory=memory, attention=cf.attention, links=links, host=host,
             overlap_slowdown=overlap,
             step_overhead_s=Coefficient(0.0, "s", "assumed: per-step overhead not measured"),
             fingerprint={**env, "threads": str(threads), "builder": "calibrate.cpu_profile",
                          **({"failed_benchmarks": ",".join(m.failed)} if m.failed else {})},
-            notes=_notes(fits, threads) + _extra_notes(m, threads, comm_fits.get("host_link")),
+            notes=_notes(fits, threads) + _extra_notes(m, threads, comm_fits.get("host_link"))
+            + hnote,
             device=build_device(info, cf, threads, env["date"]),
             node=build_node(info, bw, max(1, info.cores) if links else 1))
     return out

@@ -13,9 +13,11 @@ row): the share of the measured step the table maps onto something the simulator
 profile). ``priced_fraction`` leaves host time out. What is
 left is operators the simulator does not price and time no operator covers on the device.
 
-Host time of a profile not fitted from a trace: a profile whose fingerprint has no
-``host_us_per_op_folded`` prices no host time (predicted 0): that gap is the one the doctor
-reports.
+Host time of a profile not fitted from a trace: a profile with a synchronous host model
+(``Profile.host``, a CPU calibrated by ``calibrate``) predicts the host's dispatch time the
+engine puts on the compute stream (``Breakdown.host_s``); any other profile whose
+fingerprint has no ``host_us_per_op_folded`` prices no host time here (predicted 0): that
+gap is the one the doctor reports.
 """
 from __future__ import annotations
 
@@ -117,6 +119,8 @@ def diagnose(trace: KinetoTrace, model: TransformerSpec, plan: Plan, prof: Profi
     ops = step_ops(model, plan)
     fam_pred, host_pred = predicted_rows(ops, prof, cluster)
     bd = res.breakdown
+    if host_pred == 0.0 and prof.host is not None and prof.host.synchronous:
+        host_pred = bd.host_s                # the host's dispatch time on the compute stream
     comm_pred = bd.dp_comm_s + bd.tp_comm_s + bd.cp_comm_s + bd.ep_comm_s + bd.pp_comm_s
     rows = _rows(m, fam_pred, host_pred, comm_pred)
     comm_total_pred = sum(t["end_s"] - t["start_s"] for t in res.timeline

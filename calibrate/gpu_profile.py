@@ -29,6 +29,7 @@ from simulator.hardware.profile import (
     AttentionModel,
     Coefficient,
     GemmModel,
+    HostModel,
     MemoryModel,
     Profile,
 )
@@ -297,8 +298,19 @@ def fit_gpu_profiles(out_dir: Path, strict: bool = False) -> dict[str, Profile]:
         fingerprint={**env, "builder": "calibrate.gpu_profile", "provenance": prov,
                      **({"failed_benchmarks": ",".join(m.failed)} if m.failed and gpus > 1
                         else {})},
-        notes=_notes(prov, fits, notes + cnotes, gpus), device=gpu, node=None)
+        notes=_notes(prov, fits, notes + cnotes, gpus), device=gpu, node=None,
+        host=_host(ref))
     return {"profile.json": prof}
+
+
+def _host(ref: Profile) -> HostModel | None:
+    """The reference profile's host model (per-op CPU issue cost), said to be transferred:
+    the GPU benchmarks time kernels on the device, not the host that issues them."""
+    if ref.host is None:
+        return None
+    why = (f"transferred from the reference profile {ref.name!r} (host time per op is not "
+           f"measured by the GPU calibration): ")
+    return restamp(ref.host, why)
 
 
 def _notes(prov: str, fits: Mapping[str, FitResult], extra: Sequence[str], gpus: int) -> str:

@@ -40,18 +40,27 @@ class Selected:
 
 
 def _group_key(bench: str, r: Mapping[str, Any]) -> int | None:
-    return int(r["threads"]) if bench in COMPUTE_BENCHES and "threads" in r else None
+    per_thread = bench in COMPUTE_BENCHES or bench == "host"
+    return int(r["threads"]) if per_thread and "threads" in r else None
+
+
+def _fit_group(bench: str, r: Mapping[str, Any]) -> tuple:
+    """The rows one fit uses together: a memory-bound kernel and pass has its own fit
+    (``cpu_profile._memory``), so it needs its own quorum of clean points; else the
+    thread count."""
+    sub = (r.get("kernel"), r.get("pass")) if bench == "memory" else ()
+    return (_group_key(bench, r), *sub)
 
 
 def select_rows(bench: str, rows: Sequence[Mapping[str, Any]], path: Path,
                 strict: bool = False) -> Selected:
     """Clean rows where there are enough; all rows of a group (marked) where not."""
-    groups: dict[int | None, Rows] = {}
+    groups: dict[tuple, Rows] = {}
     for r in rows:
-        groups.setdefault(_group_key(bench, r), []).append(dict(r))
+        groups.setdefault(_fit_group(bench, r), []).append(dict(r))
     out: Rows = []
     dirty: set[int | None] = set()
-    for key, group in groups.items():
+    for (key, *_), group in groups.items():
         clean = [r for r in group if not r.get("suspect")]
         if len(clean) >= min(len(group), MIN_CLEAN) and 2 * len(clean) >= len(group):
             out += clean

@@ -33,6 +33,7 @@ from .profile_io import write_profile
 from .reference_data import ATTENTION, LAUNCH_SRC, LAUNCH_US
 from .reference_attention import AttentionRefs, attention_curves, build_attention_refs
 from .reference_gemm import GemmRefs, build_refs, gemm_for
+from .reference_host import host_for
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
@@ -164,6 +165,7 @@ def build_profile(key: str, kern: Sequence[Row], coll: Sequence[Row],
             "with GPT and LLaMA workloads; the average is used for every GPU"),
         step_overhead_s=Coefficient(0.0, "s", "assumed: no per-step overhead microbenchmark "
                                     "in shared data"),
+        host=host_for(key),
         fingerprint=dict(FINGERPRINT),
         notes=" ".join(filter(None, [
             "Reference profile built from public microbenchmarks (hardware_db/data/"

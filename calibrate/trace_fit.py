@@ -15,9 +15,10 @@ What each coefficient is fitted from (every one says so in its ``source``):
   with it), one point per step; else per distinct shape.
 - host time per op (CPU traces): the step's time outside every priced operator and outside
   exposed communication (Python, autograd, views, and operators the simulator does not
-  price), divided by the simulator's launches per step; the engine has no host resource
-  yet, so on a CPU (where host and compute share one thread) it is added to
-  ``gemm.launch_us`` and ``memory.launch_us``. On a GPU trace it is reported, not folded.
+  price), divided by the simulator's launches per step; on a CPU (where host and compute
+  share one thread) it is added to ``gemm.launch_us`` and ``memory.launch_us``, and the
+  fitted profile then carries no ``Profile.host`` (the per-op host model would count it
+  again). On a GPU trace it is reported, not folded.
 - host link (``links["host"]``, gloo) or the NCCL link: ``fit_link`` on the collectives'
   own executions; ``overlap_slowdown``: ``fit_interference`` on operators timed both alone
   and while a collective ran.

@@ -180,8 +180,8 @@ def _gemm(p: Profile, out: Fitted, host: float) -> GemmModel:
 def _plus_host(c: Coefficient, host: float) -> Coefficient:
     return replace(c, value=c.value + host, stderr=None,
                    source=f"{c.value:.3f} us fitted operator intercept + {host:.3f} us host "
-                          f"time per launch (the engine has no host resource yet; on a CPU "
-                          f"host and compute share one thread): {c.source}")
+                          f"time per launch (folded here, the profile's host model left out; on a "
+                          f"CPU host and compute share one thread): {c.source}")
 
 
 def _memory(p: Profile, out: Fitted, host: float, new_device: bool) -> MemoryModel:
@@ -231,9 +231,11 @@ def assemble(trace: KinetoTrace, base: Base, out: Fitted, mem_bw: float, steps_n
     host = out.host_us_per_op or 0.0
     host_gemm = out.host_us_per_gemm or 0.0
     new = base.device is None
+    # host time folded into the launch costs replaces the base's host model (else twice)
     prof = replace(p, gemm=_gemm(p, out, host_gemm), memory=_memory(p, out, host, new),
                    attention=_attention(p, out), links={**p.links, **out.links},
-                   overlap_slowdown=out.overlap or p.overlap_slowdown)
+                   overlap_slowdown=out.overlap or p.overlap_slowdown,
+                   host=None if host > 0 or host_gemm > 0 else p.host)
     informed = tuple(sorted(out.fits))
     kept = _mark_kept(prof, p, name, base.name) if base.profile else ()
     prof = kept[0] if kept else prof

@@ -211,9 +211,12 @@ def _trace_path(trace_out: str | Path | None) -> str:
 
 # ---- prediction ------------------------------------------------------------------------------
 def plan_for(rs: RunSpec) -> Plan:
+    """The run as a plan; with several processes, torch DDP's per-parameter hooks and bucket
+    copies (``frameworks.json`` host mechanism ``ddp_param_hooks``)."""
     return Plan(dp=rs.nproc, micro_batch=rs.micro_batch, global_batch=rs.micro_batch * rs.nproc,
                 precision="fp32", attention="flash", zero_stage=0, dp_overlap=True,
-                dp_bucket_bytes=rs.bucket_cap_mb * 1024 * 1024, schedule="1f1b")
+                dp_bucket_bytes=rs.bucket_cap_mb * 1024 * 1024, schedule="1f1b",
+                host_mechanisms=("ddp_param_hooks",) if rs.nproc > 1 else ())
 
 
 def predict(rs: RunSpec, prof: Profile):

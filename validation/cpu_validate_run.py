@@ -1,5 +1,6 @@
-"""Issue 3 "done when" on this CPU: calibrate, then `complexity validate-run` on three small
-models, single process and `--nproc 2`; writes validation/cpu_validate_run.{json,md}.
+"""Issues 3 and 11 "done when" on this CPU: calibrate, then `complexity validate-run` on the
+small-kernel regime (tiny models, micro-batch <= 4, seq <= 256) and three small models, single
+process and `--nproc 2`; writes validation/cpu_validate_run.json and prints the table.
 
     python validation/cpu_validate_run.py [--calibration DIR] [--skip-calibrate] [--rounds N]
 
@@ -20,6 +21,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = [  # model, micro-batch, seq, steps, warmup
+    # the small-kernel regime (issue 11): 2-4 layers, width <= 256, micro-batch <= 4, seq <= 256
+    ("tiny-2l-128", 1, 64, 40, 5),
+    ("tiny-2l-128", 1, 256, 30, 5),
+    ("tiny-2l-128", 4, 64, 30, 5),
+    ("tiny-2l-128", 4, 256, 30, 5),
+    ("small-4l-256", 1, 128, 30, 5),
+    # the shapes of issue 3
     ("tiny-2l-128", 8, 128, 30, 5),
     ("small-4l-256", 4, 256, 15, 3),
     ("small-6l-512", 2, 512, 8, 2),
@@ -66,9 +74,10 @@ def main() -> int:
     ap.add_argument("--calibration", default="/tmp/complexity-cpu-calibration")
     ap.add_argument("--skip-calibrate", action="store_true")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="calibrate --quick")
     args = ap.parse_args()
     cal = Path(args.calibration)
-    cal_cmd = ["complexity", "calibrate", "--out", str(cal)]
+    cal_cmd = ["complexity", "calibrate", "--out", str(cal)] + (["--quick"] if args.quick else [])
     cal_s = None
     if not args.skip_calibrate:
         t0 = time.perf_counter()

@@ -75,9 +75,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-dtype", default=None,
                    help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
                    "(default: the framework's)")
-    p.add_argument("--schedule", default=None,
-                   help="gpipe, 1f1b, interleaved, zb-h1, zb-v (two chunks per rank), "
-                   "dualpipe (two model copies per rank)")
+    p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe")
     p.add_argument("--attention", default=None,
                    help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")
@@ -85,6 +83,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp-overlap", action="store_true")
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
+    _host_args(p)
     p.add_argument("--engine", default="event", help="event or analytic")
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")
     p.add_argument("--json", action="store_true")
@@ -104,6 +103,16 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_simulate)
 
 
+def _host_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-mode", default=None, help="how the host launches kernels: "
+                   "eager, compiled (torch.compile per block) or cuda_graphs (per layer) "
+                   "(default: the framework's, else eager)")
+    p.add_argument("--host-mechanisms", default=None, help="comma-separated framework host "
+                   "mechanisms (frameworks.json 'host'): megatron_p2p_sync, ddp_param_hooks, "
+                   "fsdp1_unit, deepspeed_bf16_grad_loop (default: the framework's, else "
+                   "none; '' for none)")
+
+
 def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
     dp = a.dp
     if dp is None:
@@ -112,7 +121,8 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
             raise InvalidInputError("tp*pp*cp", denom, f"a divisor of --gpus {n_gpus}")
         dp = n_gpus // denom
     schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
-    for k in ("framework", "grad_dtype", "attention", "tp_overlap", "no_dp_overlap"):
+    for k in ("framework", "grad_dtype", "attention", "tp_overlap", "no_dp_overlap",
+              "host_mode", "host_mechanisms"):
         if not hasattr(a, k):               # commands that share these flags only in part
             setattr(a, k, None)
     if a.grad_dtype is not None and a.grad_dtype not in ("fp32", "bf16", "fp16"):
@@ -122,8 +132,13 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int) -> Plan:
                 recompute=a.recompute, zero_stage=a.zero_stage or 0, precision=a.precision,
                 schedule=schedule, attention=a.attention or "flash",
                 dp_overlap=not a.no_dp_overlap, tp_overlap=bool(a.tp_overlap),
-                dp_bucket_bytes=int(a.bucket_mb * 1e6))
+                dp_bucket_bytes=int(a.bucket_mb * 1e6), host_mode=a.host_mode or "eager",
+                host_mechanisms=_mechanisms(a.host_mechanisms))
     return _framework_defaults(plan, a)
+
+
+def _mechanisms(flag: str | None) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (flag or "").split(",") if x.strip())
 
 
 def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
@@ -135,7 +150,9 @@ def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
                                ("attention", a.attention is not None),
                                ("dp_overlap", bool(a.no_dp_overlap)),
                                ("tp_overlap", bool(a.tp_overlap)),
-                               ("sequence_parallel", a.sequence_parallel)) if given}
+                               ("sequence_parallel", a.sequence_parallel),
+                               ("host_mode", a.host_mode is not None),
+                               ("host_mechanisms", a.host_mechanisms is not None)) if given}
     return with_framework(plan, a.framework, keep, a.grad_dtype)
 
 

@@ -46,7 +46,8 @@ def group_links(g: GroupPlacement) -> tuple[str, ...]:
 
 @dataclass
 class PassCost:
-    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch).
+    """Seconds and FLOPs of one pass (all layers of a chunk, one micro-batch). ``total_s``
+    is device time; ``host_s`` the host time to issue it (``simulator.cost.host``).
     ``segments``: the pass in order (timeline only; consecutive compute merged)."""
 
     compute_s: float = 0.0
@@ -56,6 +57,8 @@ class PassCost:
     model_flops: float = 0.0                                  # MFU convention (PaLM)
     hardware_flops: float = 0.0                               # model + recomputed (HFU)
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
+    host_s: float = 0.0                                       # host time issuing the pass
+    host_ops: float = 0.0                                     # ops the host issues
     link_busy_s: dict[str, float] = field(default_factory=dict)  # fabric tier -> busy seconds
     segments: list[Segment] = field(default_factory=list, repr=False)
 
@@ -68,6 +71,8 @@ class PassCost:
         self.interference_s += times * other.interference_s
         self.flops += times * other.flops
         self.model_flops += times * other.model_flops
+        self.host_s += times * other.host_s
+        self.host_ops += times * other.host_ops
         self.hardware_flops += times * other.hardware_flops
         for k, v in other.comm_s.items():
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cost.layer import PassCost
 from ..parallel.plan import Plan, Schedule
 from ..parallel.schedule import Part, Unit
 from .events import Engine
@@ -59,20 +60,31 @@ def layer_share(schedule: Schedule, vpp: int) -> float:
     return 1.0 if schedule == Schedule.DUALPIPE else 1.0 / vpp
 
 
+class _FixedChunk:
+    """A chunk whose passes take given times (what ``stage_units`` asks of a chunk); no
+    host time, no communication."""
+
+    layers = (0,)
+
+    def __init__(self, times: PassTimes, share: float) -> None:
+        self.t, self.share = times, share
+
+    def pass_cost(self, u: Unit) -> PassCost:
+        if u.fwd:
+            return PassCost(compute_s=self.share * self.t.f_s)
+        per = {Part.WHOLE: self.t.b_s + self.t.w_s, Part.INPUT: self.t.b_s,
+               Part.WEIGHT: self.t.w_s}
+        return PassCost(compute_s=self.share * per[u.part])
+
+
 def play_schedule(schedule: Schedule | str, pp: int, m: int, times: PassTimes, vpp: int = 1,
                   send_s: float = 0.0) -> ScheduleRun:
     """Play ``schedule`` for ``pp`` stages and ``m`` micro-batches (validated as a plan)."""
     plan = Plan(pp=pp, vpp=vpp, global_batch=m, schedule=schedule, pp_blocking_p2p=False)
-    share = layer_share(plan.schedule, plan.vpp)
-
-    def duration_s(u: Unit) -> float:
-        if u.fwd:
-            return share * times.f_s
-        per = {Part.WHOLE: times.b_s + times.w_s, Part.INPUT: times.b_s, Part.WEIGHT: times.w_s}
-        return share * per[u.part]
-
+    chunk = _FixedChunk(times, layer_share(plan.schedule, plan.vpp))
     eng = Engine()
-    st = [stage_units(eng, s, plan, m, send_s, duration_s) for s in range(plan.pp)]
+    st = [stage_units(eng, s, [chunk] * plan.vpp, plan, m, send_s, None)
+          for s in range(plan.pp)]
     pipeline_sends(eng, st, send_s, plan, "network")
     eng.run()
     starts, ends, busy = [], [], []

@@ -21,6 +21,8 @@ class Breakdown:
     optimizer_s: float
     interference_s: float       # compute slowed by communication running beside it
     overhead_s: float
+    host_s: float = 0.0         # device waiting for the host to issue work (or, on a CPU
+                                # device, the host's dispatch time itself)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -16,6 +16,7 @@ from ..parallel.plan import Plan, validate
 from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
+from .host_span import stage_span
 from .network_use import with_link_use
 from .memory_fit import memory_verdict
 from .result import Breakdown, Result, StageReport
@@ -75,7 +76,7 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
     s = st[crit]
     comp = [t for t in eng.tasks if t.resource == s.compute]
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0, "pp": 0.0,
-             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0}
+             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0, "host": 0.0}
     by_tid = {tid: u for u, tid in s.units.items()}
     prev_end = 0.0
     for t in comp:
@@ -91,6 +92,9 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
             continue
         if t.meta.get("kind") == "pp_send":
             parts["pp"] += t.work_s
+            continue
+        if t.meta.get("kind") in ("host", "host_wait"):
+            parts["host"] += t.work_s
             continue
         u = by_tid[t.tid]
         pc = stages[crit][u.chunk].pass_cost(u)
@@ -112,22 +116,27 @@ def _attribute_gap(eng: Engine, t: Task, gap: float, parts: dict) -> None:
         parts["bubble"] += gap - pp
     elif kind == "dp_comm":
         parts["dp"] += gap
+    elif kind == "host":
+        parts["host"] += gap
     else:
         parts["bubble"] += gap
 
 
 # ---- closed form ----------------------------------------------------------------------------
 def _analytic_step(stages, plan, cluster, prof, groups):
-    """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and optimizer."""
+    """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and
+    optimizer; ``t`` per micro-batch includes the wait for the host (``host_span``), and
+    with one stage the host/device recursion is the whole pipeline."""
     m = plan.num_microbatches
     share = chunk_share(plan.schedule)
-    per_mb = [share * sum(c.fwd.total_s + c.bwd.total_s for c in chunks) for chunks in stages]
+    spans = [stage_span(chunks, plan, prof, s) for s, chunks in enumerate(stages)]
+    per_mb = [sp.span_s / m for sp in spans]
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
-    t = per_mb[crit]
+    t, sp = per_mb[crit], spans[crit]
     if splits_backward(plan.schedule):
-        pipe = m * t + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share))
+        pipe = sp.span_s + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share))
     else:
-        pipe = m * t + (plan.pp - 1) / plan.vpp * t if plan.pp > 1 else m * t
+        pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
     dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
         if plan.zero_stage < 3 else 0.0
     last_bwd = sum(c.bwd.total_s for c in stages[crit])
@@ -136,14 +145,15 @@ def _analytic_step(stages, plan, cluster, prof, groups):
         dp_exposed += param_gather_time_s(*chunk_params(stages[crit]), plan, groups, prof)
     opt = optimizer_time_s(stages[crit], plan, cluster, prof)
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
-             "bubble": pipe - m * t, "optimizer": opt, "interference": 0.0}
+             "bubble": pipe - sp.span_s, "optimizer": opt, "interference": 0.0,
+             "host": sp.span_s - sp.device_s}
     for c in stages[crit]:
         for pc in (c.fwd, c.bwd):
             parts["compute"] += share * m * pc.compute_s
             parts["interference"] += share * m * pc.interference_s
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + share * m * v
-    return pipe + dp_exposed + opt, crit, parts, m * t + opt, []
+    return pipe + dp_exposed + opt, crit, parts, sp.device_s + sp.host_on_stream_s + opt, []
 
 
 def _fbw(chunks: list[ChunkWork], share: float) -> tuple[float, float, float]:
@@ -172,7 +182,8 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
     bd = Breakdown(compute_s=parts["compute"], tp_comm_s=parts["tp"], cp_comm_s=parts["cp"],
                    ep_comm_s=parts["ep"], dp_comm_s=parts["dp"], pp_comm_s=parts["pp"],
                    bubble_s=parts["bubble"], optimizer_s=parts["optimizer"],
-                   interference_s=parts["interference"], overhead_s=step - sum(parts.values()))
+                   interference_s=parts["interference"], overhead_s=step - sum(parts.values()),
+                   host_s=parts.get("host", 0.0))
     peaks = [m.total_bytes for m in memory]
     return Result(step_time_s=step, tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
                   model_tflops_per_gpu=model_flops / step / n / 1e12,

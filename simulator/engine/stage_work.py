@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..cost.host import (
+    HostCost,
+    device_bytes_per_param_bwd,
+    eager_host,
+    layer_host,
+    mechanisms_host,
+    param_tensors,
+)
 from ..cost.layer import (
     PassCost,
     Segment,
@@ -55,7 +63,7 @@ class ChunkWork:
 
     def pass_cost(self, u: Unit) -> PassCost:
         """What running ``u`` costs: the forward, the whole backward, or its B or W half
-        (W: the weight-gradient GEMMs and gradient accumulation; B: the rest)."""
+        (W: the weight-gradient GEMMs and the per-parameter work after them; B: the rest)."""
         if u.fwd:
             return self.fwd
         if u.part == Part.WEIGHT:
@@ -64,8 +72,9 @@ class ChunkWork:
 
 
 def _without(whole: PassCost, part: PassCost) -> PassCost:
-    """``whole`` less ``part``'s compute (``part`` is compute only); communication and
-    interference stay with the remainder, its compute segments shrink in proportion."""
+    """``whole`` less ``part``'s compute and host time (``part`` has no communication);
+    communication and interference stay with the remainder, its compute segments shrink
+    in proportion."""
     left = max(0.0, whole.compute_s - part.compute_s)
     scale = left / whole.compute_s if whole.compute_s > 0 else 0.0
     segs = [seg if seg.group else replace(seg, exposed_s=seg.exposed_s * scale)
@@ -74,6 +83,8 @@ def _without(whole: PassCost, part: PassCost) -> PassCost:
                    comm_s=dict(whole.comm_s), interference_s=whole.interference_s,
                    flops=whole.flops - part.flops, model_flops=whole.model_flops - part.model_flops,
                    hardware_flops=whole.hardware_flops - part.hardware_flops,
+                   host_s=max(0.0, whole.host_s - part.host_s),
+                   host_ops=max(0.0, whole.host_ops - part.host_ops),
                    link_busy_s=dict(whole.link_busy_s), segments=segs)
     out.op_times = {k: v for k, v in whole.op_times.items() if k not in part.op_times}
     return out
@@ -139,9 +150,18 @@ class _LayerCache:
             bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
-            cw = pass_cost(weight_grad_ops(bwd), self.c.gpu, self.prof, self.g, self.p.tp_overlap)
+            _set_host(cf, layer_host(fwd, self.prof, False, self.p.host_mode))
+            _set_host(cb, layer_host(bwd, self.prof, True, self.p.host_mode))
+            wops = weight_grad_ops(bwd)
+            cw = _set_host(pass_cost(wops, self.c.gpu, self.prof, self.g, self.p.tp_overlap),
+                           layer_host(wops, self.prof, True, self.p.host_mode))
             self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
+
+
+def _set_host(pc: PassCost, h: HostCost) -> PassCost:
+    pc.host_s, pc.host_ops = h.seconds, h.ops
+    return pc
 
 
 def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof: Profile,
@@ -168,25 +188,50 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
+    tensors = 0
     for layer in layers:
         lf, cf, cb, cw = cache.get(layer)
         fwd.add(cf)
         bwd.add(cb)
         wgrad.add(cw)
         all_fwd = lf
+        tensors += param_tensors(lf)
     if extra:
-        fwd.add(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap))
-        bwd.add(pass_cost(backward_ops(extra), cluster.gpu, prof, groups, plan.tp_overlap))
-        wgrad.add(pass_cost(weight_grad_ops(backward_ops(extra)), cluster.gpu, prof, groups,
-                            plan.tp_overlap))
-    if plan.grad_accum_bytes_per_param > 0:
-        acc = pass_cost([_grad_accumulation_op(params, plan)], cluster.gpu, prof, groups,
-                        plan.tp_overlap)
-        bwd.add(acc)
-        wgrad.add(acc)
+        fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
+                          eager_host(extra, prof, False, plan.host_mode)))
+        eb = backward_ops(extra)
+        bwd.add(_set_host(pass_cost(eb, cluster.gpu, prof, groups, plan.tp_overlap),
+                          eager_host(eb, prof, True, plan.host_mode)))
+        ew = weight_grad_ops(eb)
+        wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
+                            eager_host(ew, prof, True, plan.host_mode)))
+        tensors += param_tensors(extra)
+    _add_per_param_work(fwd, (bwd, wgrad), params, len(layers), tensors, plan, cluster, prof,
+                        groups)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
+
+
+def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float, layers: int,
+                        tensors: int, plan: Plan, cluster: ClusterSpec, prof: Profile,
+                        groups: dict[str, GroupPlacement]) -> None:
+    """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
+    GEMM, and the framework's host mechanisms (hooks, loops) with their device copies;
+    added to each of ``bwds`` (the backward, and its W half, which runs it when split)."""
+    ops = []
+    if plan.grad_accum_bytes_per_param > 0:
+        ops.append(_grad_accumulation_op(params, plan))
+    nb = device_bytes_per_param_bwd(plan.host_mechanisms)
+    if nb > 0:
+        ops.append(Op("framework_grad_copies", OpKind.MEMORY, bytes_moved=params * nb,
+                      kernels=max(1, 2 * tensors), mem_kind="copy"))
+    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof)
+    fwd.add(_set_host(PassCost(), hf))
+    for bwd in bwds:
+        if ops:
+            bwd.add(pass_cost(ops, cluster.gpu, prof, groups, plan.tp_overlap))
+        bwd.add(_set_host(PassCost(), hb))
 
 
 def _grad_accumulation_op(params: float, plan: Plan) -> Op:

@@ -8,9 +8,9 @@ runs (``dp_overlap``) or after it; the optimizer step; the ZeRO parameter all-ga
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..cost.host import lead_layers, sync_at_p2p
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
@@ -36,14 +36,16 @@ def optimizer_bytes_per_param(plan: Plan) -> float:
 
 @dataclass
 class StageTasks:
-    units: dict[Unit, int]
+    units: dict[Unit, int]       # the device task of each pass
     sends: dict[Unit, int]       # blocking pipeline sends on the compute stream, by producer
     compute: str
     last_unit: int
     optimizer: int
     dp_tasks: list[int]
     tail: int                    # last task of the stage
-    ready: dict[Unit, int] = field(default_factory=dict)   # paired unit -> task ending its pair
+    ends: dict[Unit, int] = field(default_factory=dict)    # last compute-stream task of a pass
+                                                           # (of its pair, for a paired unit)
+    hosts: dict[Unit, int] = field(default_factory=dict)   # the host task issuing a pass
 
 
 def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
@@ -122,12 +124,23 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
     m = plan.num_microbatches
     sends = pipeline_send_costs(model, plan, cluster, prof, groups)
     t_send = sum(c.time_s for c in sends)
-    out = [stage_units(eng, s, plan, m, t_send, lambda u, s=s: stages[s][u.chunk].pass_cost(u).total_s)
-           for s in range(plan.pp)]
+    out = [stage_units(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
     pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
+
+
+def host_stream(eng: Engine, s: int, prof: Profile | None) -> str | None:
+    """Where stage ``s`` issues its ops: its own host stream (a GPU: the host runs ahead),
+    the compute stream itself (``HostModel.synchronous``: the host runs the kernels), or
+    nowhere (a profile without a host model, or none)."""
+    if prof is None or prof.host is None:
+        return None
+    if prof.host.synchronous:
+        return f"stage{s}.compute"
+    eng.stream(f"stage{s}.host")
+    return f"stage{s}.host"
 
 
 UNIT_KIND = {Part.WHOLE: "bwd", Part.INPUT: "bwd_input", Part.WEIGHT: "bwd_weight"}
@@ -139,33 +152,80 @@ def unit_kind(u: Unit) -> str:
     return "fwd" if u.fwd else UNIT_KIND[u.part]
 
 
-def stage_units(eng: Engine, s: int, plan: Plan, m: int, t_send: float,
-                duration_s: Callable[[Unit], float]) -> StageTasks:
-    """The stage's passes in schedule order, each lasting ``duration_s(unit)``; with
+def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
+                t_send: float, prof: Profile | None) -> StageTasks:
+    """The stage's passes in schedule order (``chunks[c].pass_cost(unit)`` each); with
     ``pp_blocking_p2p`` each pass that feeds another stage is followed by its send on the
     same stream (Megatron's and DeepSpeed's synchronous p2p: the sender waits for the
-    hand-off to complete)."""
+    hand-off to complete). Each pass is first issued by the host (``_issue``). A paired
+    unit (DualPipe's forward&backward pair) hands off when its pair ends."""
     comp = f"stage{s}.compute"
     eng.stream(comp)
     for link in LINKS:
         eng.link(f"stage{s}.{link}")
     st = StageTasks({}, {}, comp, -1, -1, [], -1)
+    host = host_stream(eng, s, prof)
+    prev: Unit | None = None
     held: list[Unit] = []                    # a paired unit, waiting for its pair to end
     for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
-        tid = eng.add(f"{u.label} mb{u.mb} c{u.chunk}", comp, duration_s(u), stage=s,
-                      kind=unit_kind(u), mb=u.mb, chunk=u.chunk)
-        st.units[u] = tid
-        for prev in held:
-            st.ready[prev] = tid
-        sending = [u] if not u.paired else []
-        sending, held = held + sending, [u] if u.paired else []
+        pc = chunks[u.chunk].pass_cost(u)
+        prev_layers = len(chunks[prev.chunk].layers) if prev is not None else 0
+        tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c{u.chunk}", pc, prev_layers, u,
+                     prev, plan, s)
+        sending, held = held + ([] if u.paired else [u]), ([u] if u.paired else [])
         for v in sending:
             if plan.pp_blocking_p2p and sends_downstream(v, s, plan.pp, plan.vpp, plan.schedule):
                 tid = eng.add(f"send {'act' if v.fwd else 'grad'} mb{v.mb} c{v.chunk}", comp,
                               t_send, stage=s, kind="pp_send")
                 st.sends[v] = tid
-        st.last_unit = st.tail = tid
+        for v in sending:
+            st.ends[v] = tid
+        prev = u
+    st.last_unit = st.tail = tid
     return st
+
+
+def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, prev_layers: int,
+           u: Unit, prev: Unit | None, plan: Plan, s: int) -> int:
+    """The host task issuing one pass and the device task running it; returns the last
+    task of the pass on the compute stream.
+
+    Asynchronous host: the device may start once the first op is issued (``1/host_ops``
+    of the host task) and the pass is not over before the host has issued its last op
+    (a zero-length "issued" marker waits for the host task). The host runs ahead of the
+    device except where the framework stops it: ``lead_layers`` (at most that many layers
+    ahead: FSDP's rate limiter) or ``sync_at_p2p`` (waits for the device after each
+    pipeline hand-off)."""
+    comp, kind = st.compute, unit_kind(u)
+    if host is None or pc.host_s <= 0:
+        st.units[u] = eng.add(name, comp, pc.total_s, stage=s, kind=kind, mb=u.mb,
+                              chunk=u.chunk)
+        return st.units[u]
+    h = eng.add(f"host {name}", host, pc.host_s, _host_deps(st, prev_layers, prev, plan), stage=s,
+                kind="host", mb=u.mb, chunk=u.chunk)
+    st.hosts[u] = h
+    if host == comp:                                   # synchronous: host, then kernels
+        st.units[u] = eng.add(name, comp, pc.total_s, stage=s, kind=kind, mb=u.mb,
+                              chunk=u.chunk)
+        return st.units[u]
+    first = min(1.0, 1.0 / max(1.0, pc.host_ops))
+    st.units[u] = eng.add(name, comp, pc.total_s, [(h, first)], stage=s, kind=kind,
+                          mb=u.mb, chunk=u.chunk)
+    return eng.add(f"issued {name}", comp, 0.0, [(h, 1.0)], stage=s, kind="host_wait")
+
+
+def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan
+               ) -> list[tuple[int, float]]:
+    """The host may issue the next pass only once the device is within ``lead_layers`` of
+    the end of the previous pass, or (``sync_at_p2p``) has finished it."""
+    if prev is None:
+        return []
+    if plan.pp > 1 and sync_at_p2p(plan.host_mechanisms):
+        return [(st.ends.get(prev, st.units[prev]), 1.0)]
+    lead = lead_layers(plan.host_mechanisms)
+    if lead >= 0:
+        return [(st.units[prev], max(0.0, 1.0 - lead / max(1, prev_layers)))]
+    return []
 
 
 def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
@@ -202,7 +262,9 @@ def _producer(stage: StageTasks, u: Unit) -> Unit:
 def pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
                    link: str) -> None:
     """Wire each pass to the pass it consumes: through the producer's blocking send on its
-    stream, or through an overlapped send on the producer's link."""
+    stream, or through an overlapped send on the producer's link. A host that synchronises
+    at every hand-off (``sync_at_p2p``) also waits for the data before issuing the pass."""
+    sync = sync_at_p2p(plan.host_mechanisms)
     for s, stage in enumerate(st):
         for u, tid in stage.units.items():
             up = upstream(u, s, plan.pp, plan.vpp, plan.schedule)
@@ -210,16 +272,19 @@ def pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
                 continue
             src_stage = up[0]
             src_unit = _producer(st[src_stage], up[1])
-            src = st[src_stage].ready.get(src_unit, st[src_stage].units[src_unit])
+            src = st[src_stage].ends.get(src_unit, st[src_stage].units[src_unit])
             if src_stage == s:
                 eng.depend(tid, src)
-            elif src_unit in st[src_stage].sends:
-                eng.depend(tid, st[src_stage].sends[src_unit])
+                continue
+            if src_unit in st[src_stage].sends:
+                x = st[src_stage].sends[src_unit]
             else:
                 x = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk} "
                             f"{src_stage}->{s}", f"stage{src_stage}.{link}", t_send,
                             [(src, 1.0)], stage=src_stage, kind="pp_send")
-                eng.depend(tid, x)
+            eng.depend(tid, x)
+            if sync and u in stage.hosts:
+                eng.depend(stage.hosts[u], x)
 
 
 def _last_backward(stage: StageTasks, chunk: int) -> int:

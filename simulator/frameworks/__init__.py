@@ -18,7 +18,9 @@ from .defaults import (
     framework_memory,
     framework_names,
 )
+from .host import HOST, FrameworkHost, HostFacts, HostMechanism, HostMode
 
-__all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "LOSS_BYTES", "MEMORY",
-           "Conventions", "FrameworkDefaults", "LossBytes", "FrameworkMemory", "canonical_framework", "framework_defaults",
+__all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "HOST", "LOSS_BYTES", "MEMORY",
+           "Conventions", "FrameworkDefaults", "FrameworkHost", "FrameworkMemory", "HostFacts",
+           "HostMechanism", "HostMode", "LossBytes", "canonical_framework", "framework_defaults",
            "framework_memory", "framework_names"]

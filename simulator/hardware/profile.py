@@ -236,6 +236,24 @@ class NetworkModel:
 
 
 @dataclass(frozen=True)
+class HostModel:
+    """CPU time the host spends issuing work (see ``simulator.cost.host``).
+
+    ``op_fwd_us`` / ``op_bwd_us``: host time per op of the simulator's op graph (one op =
+    one module-level kernel: a Linear's GEMM, a norm, an activation, the attention core;
+    a memory op with ``kernels`` > 1 counts that many), in eager PyTorch forward (Python,
+    dispatcher, autograd recording, kernel launch, and the views and module call around
+    the op) and in backward (autograd engine, launch). ``synchronous``: the host thread
+    runs the kernels itself (a CPU device), so host and device time add; otherwise (a GPU)
+    the host enqueues kernels and runs ahead until a synchronisation point.
+    """
+
+    op_fwd_us: Coefficient
+    op_bwd_us: Coefficient
+    synchronous: bool = False
+
+
+@dataclass(frozen=True)
 class Profile:
     """Everything measured (or assumed, and said so) about one device type and its fabric."""
 
@@ -255,6 +273,8 @@ class Profile:
     device: GPUSpec | None = None
     node: NodeSpec | None = None
     network: NetworkModel | None = None           # multi-domain collectives (None: alpha-beta)
+    # Host (CPU) issue cost per op; None: host time not modelled (older profiles).
+    host: HostModel | None = None
 
     def link(self, kind: str) -> LinkCoefficients:
         if kind not in self.links:
@@ -381,7 +401,8 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
                    fingerprint=dict(d.get("fingerprint", {})), notes=d.get("notes", ""),
                    device=GPUSpec(**d["device"]) if d.get("device") else None,
                    node=_node_from_dict(d["node"]) if d.get("node") else None,
-                   network=_network_from_dict(d["network"]) if d.get("network") else None)
+                   network=_network_from_dict(d["network"]) if d.get("network") else None,
+                   host=_host_from_dict(d["host"]) if d.get("host") else None)
 
 
 def _network_from_dict(d: Mapping[str, Any]) -> NetworkModel:
@@ -392,6 +413,11 @@ def _network_from_dict(d: Mapping[str, Any]) -> NetworkModel:
             return _coef(v)
         return StepLatency(**{k: _coef(x) for k, x in v.items()})
     return NetworkModel(**{k: one(v) for k, v in d.items()})
+
+
+def _host_from_dict(d: Mapping[str, Any]) -> HostModel:
+    return HostModel(op_fwd_us=_coef(d["op_fwd_us"]), op_bwd_us=_coef(d["op_bwd_us"]),
+                     synchronous=bool(d.get("synchronous", False)))
 
 
 def _link_from_dict(d: Mapping[str, Any]) -> LinkSpec:

@@ -1,20 +1,29 @@
 """A plan under a named framework's defaults: ``with_framework(plan, name, keep)`` fills every
 field the user did not state (``keep`` names those they did) from ``frameworks.json``:
 the ZeRO stage (distributed optimizer / FSDP), attention kernel, overlaps, pipeline send
-style, DeepSpeed's BF16_Optimizer passes, and the memory conventions."""
+style, DeepSpeed's BF16_Optimizer passes, the memory conventions, and how the host issues
+kernels (launch mode and host mechanisms, ``frameworks.json`` "host")."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..errors import InvalidInputError
-from ..frameworks import framework_defaults, framework_memory, framework_names
+from ..frameworks import HOST, framework_defaults, framework_memory, framework_names
 from ..hardware.specs import Dtype
 from .conventions import conventions_for
 from .plan import Plan
 
 BEHAVIOUR_FIELDS = ("attention", "dp_overlap", "tp_overlap", "pp_scatter_gather",
                     "pp_blocking_p2p", "grad_accum_bytes_per_param", "zero1_allreduce",
-                    "sequence_parallel")
+                    "sequence_parallel", "host_mode", "host_mechanisms")
+
+
+def host_settings(name: str, bf16: bool) -> dict[str, object]:
+    """Framework ``name``'s launch mode and host mechanisms (``frameworks.json`` "host");
+    DeepSpeed's bf16 gradient loop runs only in bf16 runs."""
+    h = HOST.framework(name)
+    mech = tuple(m for m in h.mechanisms if bf16 or m != "deepspeed_bf16_grad_loop")
+    return {"host_mode": h.mode, "host_mechanisms": mech}
 
 
 def check_framework(name: str) -> None:
@@ -44,6 +53,6 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
               "grad_accum_bytes_per_param": beh.grad_accum_bytes_per_param if bf16 else 0.0,
               "zero1_allreduce": beh.zero1_allreduce and bf16,
               "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,
-              "zero_stage": mem.zero_stage}
+              "zero_stage": mem.zero_stage, **host_settings(name, bf16)}
     fields = {k: v for k, v in values.items() if k not in keep}
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)

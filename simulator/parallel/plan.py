@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..errors import InvalidInputError
+from ..frameworks import HOST
 from ..hardware.specs import ClusterSpec, Dtype
 from ..workload.spec import TransformerSpec
 from .conventions import MemoryConventions
@@ -74,6 +75,11 @@ class Plan:
     # ZeRO-1 as all-reduce of the gradients + update of this rank's shard + all-gather of the
     # parameters (DeepSpeed BF16_Optimizer on ZeRO stage 0), instead of reduce-scatter.
     zero1_allreduce: bool = False
+    # How the host issues kernels (frameworks.json "host" -> "modes": eager, compiled,
+    # cuda_graphs) and the framework's host-side mechanisms ("host" -> "mechanisms": e.g.
+    # DDP's per-parameter hooks, FSDP's per-unit hooks and all-gather rate limiter).
+    host_mode: str = "eager"
+    host_mechanisms: tuple[str, ...] = ()
     # What the framework keeps in memory (gradient dtype, master weights, loss, buckets, ...):
     # ``simulator.parallel.conventions``; from ``--framework`` / ``frameworks.json``.
     memory: MemoryConventions = MemoryConventions()
@@ -101,11 +107,22 @@ class Plan:
         if self.grad_accum_bytes_per_param < 0:
             raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
                                    "bytes per parameter >= 0")
+        self._check_host()
         if not isinstance(self.memory, MemoryConventions):
             raise InvalidInputError("memory", self.memory, "a MemoryConventions")
         if self.dp_bucket_bytes < 0:
             raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
                                     "a positive size, or 0 for the framework default")
+
+    def _check_host(self) -> None:
+        if self.host_mode not in HOST.modes:
+            raise InvalidInputError("host_mode", self.host_mode,
+                                    "one of " + ", ".join(sorted(HOST.modes)))
+        object.__setattr__(self, "host_mechanisms", tuple(self.host_mechanisms))
+        for name in self.host_mechanisms:
+            if name not in HOST.mechanisms:
+                raise InvalidInputError("host_mechanisms", name,
+                                        "one of " + ", ".join(sorted(HOST.mechanisms)))
 
     @property
     def world_size(self) -> int:

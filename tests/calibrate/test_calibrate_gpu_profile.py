@@ -69,6 +69,18 @@ def test_nvlink_measured_and_nics_transferred(gpu_prof):
     assert gpu_prof.overlap_slowdown.value == pytest.approx(TRUTH["overlap"], abs=0.08)
 
 
+def test_host_model_transferred_not_measured(gpu_prof):
+    """The GPU benchmarks time kernels on the device; the host's per-op issue cost comes from
+    the reference profile, same values, and its source says so."""
+    ref = hardware_db.load_profile("h200-sxm")
+    assert gpu_prof.host is not None and ref.host is not None
+    for name in ("op_fwd_us", "op_bwd_us"):
+        c = getattr(gpu_prof.host, name)
+        assert c.value == getattr(ref.host, name).value
+        assert c.source.startswith("transferred from the reference profile 'h200-sxm-reference'")
+    assert gpu_prof.host.synchronous is False
+
+
 def test_provenance_names_host_date_driver_clock(gpu_prof):
     prov = "measured on synthetic-node, 2025-01-01, driver 000.00, SM clock median 1755 MHz"
     assert gpu_prof.fingerprint["provenance"].startswith(prov)

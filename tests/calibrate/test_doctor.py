@@ -155,3 +155,27 @@ def test_gpu_trace_device_idle_is_the_host_row(tmp_path: Path, capsys):
     busy = 230e-6
     assert host["measured_s"] == pytest.approx(d["measured_step_s"] - busy)
     assert any(g["what"] == "host" and "GPU idle" in g["explanation"] for g in d["gaps"])
+
+
+def test_synchronous_host_model_predicts_the_host_row(tmp_path: Path):
+    """A CPU profile with a host model (``calibrate``'s host probe) prices the host's
+    dispatch time on the compute stream: the doctor's predicted host row is the engine's
+    ``Breakdown.host_s``, the per-op cost times the ops the step issues."""
+    from dataclasses import replace
+
+    from calibrate.doctor import doctor
+    from calibrate.validate_run import load_profile
+    from simulator.hardware.profile import Coefficient, HostModel
+    from simulator.hardware.specs import ClusterSpec
+    p = tmp_path / "host.json"
+    host = HostModel(Coefficient(20.0, "us", "test"), Coefficient(30.0, "us", "test"),
+                     synchronous=True)
+    write_profile(replace(cpu_profile(1), host=host), p)
+    trace = ddp_no_overlap_trace(tmp_path / "t.json")
+    rs = run_spec("tiny-2l-128", 2, 2, 64, 1, 0, None, 1000)
+    prof, _, _ = load_profile(p, 1)
+    cl = ClusterSpec(gpu=prof.device, node=prof.node, n_gpus=2)
+    d, _, res, _ = doctor(trace, rs.model, plan_for(rs), prof, cl)
+    row = next(r for r in d.rows if r.what == "host")
+    assert res.breakdown.host_s > 0
+    assert row.predicted_s == pytest.approx(res.breakdown.host_s, rel=1e-12)

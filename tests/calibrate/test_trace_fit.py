@@ -213,3 +213,26 @@ def test_calibrate_from_a_recorded_gpu_ddp_trace():
     assert "link_nvlink" in res.fitted.fits
     assert res.profile.links["nvlink"].bw_eff.source.startswith("fitted from trace")
     assert res.profile.gemm.k_half.source.startswith("not informed by trace")
+
+
+def test_host_time_folded_from_a_cpu_trace_replaces_the_base_host_model(tmp_path: Path):
+    """A CPU trace's host time goes into the launch costs; a base profile's per-op host model
+    (``Profile.host``, synchronous on a CPU) would charge it a second time, so the fitted
+    profile carries none. Without a fold the base's host model is kept."""
+    from dataclasses import replace
+
+    from calibrate.profile_io import write_profile
+    from calibrate.trace_fit import HOST_GEMM_FOLDED_KEY
+    from simulator.hardware.profile import Coefficient, HostModel
+    from test_validate_run import cpu_profile
+    trace = gemm_trace(tmp_path / "g.json")
+    host = HostModel(Coefficient(5.0, "us", "test"), Coefficient(8.0, "us", "test"),
+                     synchronous=True)
+    base = tmp_path / "base.json"
+    write_profile(replace(cpu_profile(1), host=host), base)
+    res = calibrate_from_trace(trace, tmp_path / "out", profile_path=str(base))
+    p = Profile.read_json(res.path)
+    assert float(p.fingerprint[HOST_GEMM_FOLDED_KEY]) == pytest.approx(
+        (len(SHAPES) * 11.0 + 1.0) / len(SHAPES), rel=1e-6)
+    assert p.host is None
+    assert "host time per launch" in p.gemm.launch_us.source

@@ -119,6 +119,10 @@ def test_prediction_uses_fp32_adamw_and_ddp_buckets(prof_path: Path):
     params = rs.model.total_params()
     want = 4 * 5e-6 + params * FP32_OPTIMIZER_BYTES_PER_PARAM / (50e9 * 0.6)
     assert res.breakdown.optimizer_s == pytest.approx(want, rel=1e-3)   # final norm not counted
+    # one process: no DDP; two: torch DDP's per-parameter hooks and bucket copies
+    assert plan.host_mechanisms == ()
+    assert plan_for(run_spec("tiny-2l-128", 2, 4, 128, 3, 1)).host_mechanisms == \
+        ("ddp_param_hooks",)
 
 
 def test_memory_bench_accounting_matches_op_graph():

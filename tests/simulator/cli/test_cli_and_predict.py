@@ -59,6 +59,26 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_host_flags(tmp_path, capsys):
+    """--host-mode / --host-mechanisms reach the plan; a host-bound small model shows the
+    host in the breakdown, and a bad name is a one-line error naming the field."""
+    small = ["simulate", "--model", "tiny-2l-128", "--gpu", "h100-sxm", "--gpus", "1",
+             "--micro-batch", "1", "--global-batch", "2", "--json"]
+    rc, out, _ = run(small, capsys)
+    eager = json.loads(out)
+    assert rc == 0 and eager["breakdown"]["host_s"] > 0.5 * eager["step_time_s"]
+    rc, out, _ = run(small + ["--host-mode", "cuda_graphs"], capsys)
+    assert rc == 0 and json.loads(out)["step_time_s"] < eager["step_time_s"]
+    trace = tmp_path / "t.json"
+    rc, _, _ = run(small + ["--trace", str(trace)], capsys)
+    names = {e.get("name", "") for e in json.loads(trace.read_text())["traceEvents"]}
+    assert rc == 0 and any(n.startswith("host F") for n in names)
+    for bad, field in ((["--host-mode", "warp"], "host_mode"),
+                       (["--host-mechanisms", "magic"], "host_mechanisms")):
+        rc, _, err = run(small + bad, capsys)
+        assert rc == 2 and field in err and err.count("\n") == 1
+
+
 def test_missing_profile_file_is_one_line(capsys):
     rc, _, err = run(SIM + ["--profile", "/nonexistent/profile.json"], capsys)
     assert rc == 2 and "profile" in err and err.count("\n") == 1

@@ -1,0 +1,212 @@
+"""Host cost of framework mechanisms, measured on this CPU in eager-op units.
+
+``python -m calibrate.bench_framework [--out CSV]`` times, on the tiny decoders of
+``calibrate.bench_host`` (where kernels are nearly free, so what is left is host work):
+
+* ``ddp_param_hooks``: torch ``DistributedDataParallel`` (bucket_cap_mb 25, a no-op comm hook,
+  so the collective costs nothing) against the bare model, forward + backward; the extra
+  time per parameter tensor (autograd hook, copy into the bucket, copy back) from the
+  difference between 1- and 5-layer decoders;
+* ``fsdp1_unit``: ``FullyShardedDataParallel`` (v1, FULL_SHARD, one unit per block,
+  ``use_orig_params=True``, ``limit_all_gathers=True``) on a fake process group of 2 ranks
+  (no communication), extra time per unit, forward and backward separately;
+* ``deepspeed_bf16_grad_loop``: the per-micro-batch loop of DeepSpeed's ``BF16_Optimizer``
+  (``update_hp_grads`` as of 2022: per bf16 parameter tensor ``hp_grad.data.add_(
+  lp.grad.data.to(fp32).view(shape))`` then ``lp.grad = None``), per tensor.
+
+Each is divided by the host time per op-graph op forward measured in the same run (the
+host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
+by the profile's ``host.op_fwd_us``. Prints the rows and appends them to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+from .bench_host import (
+    HOST_LAYERS,
+    _decoder_fns,
+    _linear_fns,
+    graph_ops,
+    probe_spec,
+    time_interleaved,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CSV = ROOT / "hardware_db" / "data" / "measurements" / "host_mechanisms.csv"
+COLUMNS = ["mechanism", "metric", "value_us", "op_fwd_us_same_run", "eager_ops", "host",
+           "torch", "date", "method"]
+
+
+def _low_us(cases, trials: int = 40) -> dict[str, tuple[float, float]]:
+    """Interleaved timing; 10th percentile over trials, microseconds (fwd, bwd)."""
+    r = time_interleaved(cases, trials=trials)
+    return {k: (f.p10_s * 1e6, b.p10_s * 1e6) for k, (f, b, _, _) in r.items()}
+
+
+def probe_us() -> dict[str, float]:
+    """The host probe (``calibrate.bench_host``): host us per op-graph op forward and
+    backward, and per ``nn.Linear`` forward."""
+    lo, hi = HOST_LAYERS
+    cases = {n: _decoder_fns(n)[:2] for n in HOST_LAYERS}
+    cases["linear"] = _linear_fns()
+    t = _low_us(cases)
+    (f0, b0), (f1, b1) = graph_ops(lo), graph_ops(hi)
+    return {"fwd": (t[hi][0] - t[lo][0]) / (f1 - f0), "bwd": (t[hi][1] - t[lo][1]) / (b1 - b0),
+            "linear": t["linear"][0]}
+
+
+def _param_tensors(model) -> int:
+    return sum(1 for _ in model.parameters())
+
+
+def _wrapped(layers: int, wrap):
+    import torch
+
+    from .torch_model import build_model, synthetic_batch
+    spec = probe_spec(layers)
+    model = build_model(spec)
+    n = _param_tensors(model)
+    model = wrap(model) if wrap else model
+    tokens, targets = synthetic_batch(spec, 1)
+
+    def bwd(loss):
+        loss.backward()
+        for p in model.parameters():
+            p.grad = None
+    torch.manual_seed(0)
+    return (lambda: model(tokens, targets)), bwd, n
+
+
+def _extra_us(wrap) -> tuple[float, float, int, int]:
+    """(extra fwd us, extra bwd us, parameter tensors, units) of ``wrap`` over the bare
+    decoder, as the difference between the two probe sizes (all four interleaved)."""
+    cases, tensors = {}, {}
+    for n in HOST_LAYERS:
+        cases[("bare", n)] = _wrapped(n, None)[:2]
+        fw, bw, tensors[n] = _wrapped(n, wrap)
+        cases[("wrapped", n)] = (fw, bw)
+    t = _low_us(cases)
+    lo, hi = HOST_LAYERS
+    ex = {n: (t[("wrapped", n)][0] - t[("bare", n)][0], t[("wrapped", n)][1] - t[("bare", n)][1])
+          for n in HOST_LAYERS}
+    return (ex[hi][0] - ex[lo][0], ex[hi][1] - ex[lo][1], tensors[hi] - tensors[lo], hi - lo)
+
+
+def _ddp(model):
+    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+    from torch.nn.parallel import DistributedDataParallel
+    d = DistributedDataParallel(model, bucket_cap_mb=25)
+    d.register_comm_hook(None, noop_hook)
+    return d
+
+
+def _fsdp(model):
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    block = type(model.blocks[0])
+    return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({block}),
+                                    sharding_strategy=ShardingStrategy.FULL_SHARD,
+                                    device_id=torch.device("cpu"), use_orig_params=True,
+                                    limit_all_gathers=True)
+
+
+def deepspeed_loop_us(tensors: int = 64, repeats: int = 200) -> float:
+    """Per parameter tensor: the BF16_Optimizer gradient loop on tiny tensors."""
+    import torch
+    lp = [torch.zeros(32, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(tensors)]
+    hp = [torch.zeros(32, 32) for _ in range(tensors)]
+
+    @torch.no_grad()
+    def loop():
+        for p, g in zip(lp, hp):
+            p.grad = torch.ones_like(p)
+        t0 = time.perf_counter()
+        for p, g in zip(lp, hp):
+            g.data.add_(p.grad.data.to(g.dtype).view(g.shape))
+            p._hp_grad = g
+            p.grad = None
+        return time.perf_counter() - t0
+    samples = sorted(loop() for _ in range(repeats))
+    return samples[len(samples) // 10] / tensors * 1e6
+
+
+def _init_fake_pg() -> None:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+
+
+def measure() -> list[dict]:
+    import torch
+    torch.set_num_threads(1)
+    _init_fake_pg()
+    probe = probe_us()
+    op = probe["fwd"]
+    host = f"{_cpu_model()} ({torch.get_num_threads()} thread)"
+    base = {"op_fwd_us_same_run": round(op, 2), "host": host, "torch": torch.__version__,
+            "date": dt.date.today().isoformat()}
+    how = {"fwd": "per op-graph op, forward", "bwd": "per op-graph op, backward",
+           "linear": "torch.nn.Linear forward (32x32; input requires grad)"}
+    rows = [{**base, "mechanism": "eager_probe", "metric": how[k], "value_us": round(v, 2),
+             "eager_ops": round(v / op, 3), "method": "calibrate.bench_host probe: decoders "
+             f"with {HOST_LAYERS[1]} vs {HOST_LAYERS[0]} layers, hidden 32, seq 8"}
+            for k, v in probe.items()]
+    f, b, tensors, units = _extra_us(_ddp)
+    per = (f + b) / tensors
+    rows.append({**base, "mechanism": "ddp_param_hooks", "metric": "per parameter tensor, "
+                 "fwd+bwd", "value_us": round(per, 2), "eager_ops": round(per / op, 3),
+                 "method": f"DDP(no-op comm hook) - bare, 5 vs 1 layers ({tensors} tensors)"})
+    f, b, tensors, units = _extra_us(_fsdp)
+    for pas, v in (("fwd", f), ("bwd", b)):
+        rows.append({**base, "mechanism": "fsdp1_unit", "metric": f"per unit, {pas}",
+                     "value_us": round(v / units, 2), "eager_ops": round(v / units / op, 3),
+                     "method": "FSDP1 FULL_SHARD use_orig_params fake pg x2 - bare, "
+                               f"5 vs 1 layers ({units} units, {tensors // units} tensors each)"})
+    d = deepspeed_loop_us()
+    rows.append({**base, "mechanism": "deepspeed_bf16_grad_loop", "metric": "per parameter "
+                 "tensor, per micro-batch", "value_us": round(d, 2),
+                 "eager_ops": round(d / op, 3),
+                 "method": "update_hp_grads loop body on 32x32 bf16 -> fp32 tensors"})
+    return rows
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.machine()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibrate.bench_framework")
+    ap.add_argument("--out", default=str(CSV), help="CSV to append the rows to")
+    ap.add_argument("--dry-run", action="store_true", help="print only")
+    args = ap.parse_args(argv)
+    rows = measure()
+    w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS)
+    w.writeheader()
+    w.writerows(rows)
+    if not args.dry_run:
+        out = Path(args.out)
+        new = not out.exists()
+        with out.open("a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=COLUMNS)
+            if new:
+                w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The measured CPU's host model (``Profile.host``) from ``OUT/measurements/host.parquet``
+(``calibrate.bench_host``), and what it changes in the kernel models.
+
+On a CPU the host thread runs the kernels itself (``HostModel.synchronous``): an op costs
+its dispatch (Python, dispatcher, autograd; measured per op-graph op by the host probe,
+where the kernels are nearly free) plus its kernel's work. The kernel sweeps
+(``calibrate.bench``, ``bench_mem``) time each kernel cold, after rewriting a buffer of up to
+256 MiB; their fitted per-call intercepts (tens to hundreds of microseconds) are the cost of
+refilling caches and TLB after that flush, which a training step does not pay between
+consecutive ops (measured here: a 64x64x64 GEMM 8 us hot, 60-110 us after the flush; inside a
+tiny-2l-128 step its GEMMs ran within 15-40% of the hot time). So with a host model the
+kernels' fixed per-call cost is the host's, and ``gemm.launch_us`` / ``memory.launch_us``
+are 0; the intercepts stay in the notes. Without ``host.parquet`` (older calibrations) the
+profile is as before: no host model, fitted intercepts.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from simulator.hardware.profile import Coefficient, GemmModel, HostModel, MemoryModel
+
+from .hygiene import mark, select_rows
+from .store import read_rows
+
+
+def load_host_rows(out_dir: Path, strict: bool = False):
+    """Selected rows of the host probe, or None when it was not measured."""
+    path = Path(out_dir) / "measurements" / "host.parquet"
+    if not path.exists():
+        return None
+    return select_rows("host", read_rows(path), path, strict)
+
+
+def host_model(rows: Sequence[Mapping[str, Any]], threads: int, dirty: bool) -> HostModel:
+    from .bench_host import HOST_LAYERS, per_op_us
+    us = per_op_us(rows, threads)
+    sel = [r for r in rows if int(r["threads"]) == threads]
+    aten = {int(r["layers"]): int(r["aten_kernel_ops_fwd"]) for r in sel
+            if r["kind"] == "decoder"}
+    lo, hi = HOST_LAYERS
+    src = (f"fit to measurements/host.parquet ({len(sel)} points at {threads} thread(s), "
+           f"fastest of 40 trials, thread CPU time): tiny decoders (calibrate.torch_model, hidden 32, seq 8) "
+           f"with {hi} vs {lo} layers; time difference / op-graph ops of the extra layers "
+           f"(the layers issue {(aten[hi] - aten[lo]) / (hi - lo):.0f} non-view aten ops per "
+           f"layer forward against the op graph's {_graph(sel, hi, lo, 'fwd')}); a "
+           f"torch.nn.Linear forward on the same input costs {us['linear']:.1f} us")
+    fwd = Coefficient(round(us["fwd"], 2), "us", "host time per op-graph op, forward with "
+                      "autograd recording; " + src)
+    bwd = Coefficient(round(us["bwd"], 2), "us", "host time per op-graph op, backward "
+                      "(autograd engine); " + src)
+    h = HostModel(op_fwd_us=fwd, op_bwd_us=bwd, synchronous=True)
+    return mark(h) if dirty else h
+
+
+def _graph(sel, hi: int, lo: int, pas: str) -> str:
+    g = {int(r["layers"]): int(r["graph_ops"]) for r in sel
+         if r["kind"] == "decoder" and r["pass"] == pas}
+    return f"{(g[hi] - g[lo]) / (hi - lo):.0f}"
+
+
+def host_launch(gemm: GemmModel, memory: MemoryModel) -> tuple[GemmModel, MemoryModel, str]:
+    """Kernel models whose per-call fixed cost is left to the host model (see module doc),
+    and a note with the fitted intercepts they replace."""
+    why = ("0: on a CPU the per-op fixed cost is the host's dispatch (Profile.host, measured "
+           "by the host probe); the cold-sweep intercept {:.1f} us is the cost of refilling "
+           "caches after the benchmark's flush, not paid between the ops of a step")
+    g = replace(gemm, launch_us=Coefficient(0.0, "us", why.format(gemm.launch_us.value)))
+    m = replace(memory, launch_us=Coefficient(0.0, "us", why.format(memory.launch_us.value)))
+    note = (f" Kernel fixed costs are left to the host model; the cold-sweep intercepts were "
+            f"GEMM {gemm.launch_us.value:.1f} us, memory-bound {memory.launch_us.value:.1f} us.")
+    return g, m, note

@@ -1,0 +1,139 @@
+"""Host (CPU) time to issue a pass: every op the framework dispatches costs host time.
+
+In eager PyTorch each op of a pass passes through Python, the dispatcher and autograd
+before its kernel is launched; the profile's ``HostModel`` gives that cost per op of the
+op graph, forward and backward. How a framework issues kernels changes it
+(``frameworks.json`` "host" -> "modes"):
+
+* ``eager``: every op costs ``op_fwd_us`` / ``op_bwd_us``;
+* ``compiled`` (torch.compile per transformer block): each kernel is launched by the
+  generated wrapper at ``op_scale`` of the eager cost, plus one compiled-region call per
+  layer and pass (``region_eager_ops`` eager ops' worth of guards and wrapper);
+* ``cuda_graphs`` (one captured graph per layer and pass): one graph replay per layer,
+  ``graph_launch_us + graph_node_us * kernels``; ops outside the layers stay eager.
+
+Framework mechanisms that add host work per layer or per parameter tensor (FSDP unit
+hooks, DDP's per-parameter hooks, DeepSpeed's per-micro-batch gradient loop) are priced
+in ``eager ops`` too (``frameworks.json`` "host" -> "mechanisms"), so they follow the host's
+speed. The engine (``simulator.engine.step``) puts the result on a host stream ahead of
+the device, or on the device stream itself when the host runs the kernels
+(``HostModel.synchronous``: a CPU device).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..frameworks import HOST
+from ..frameworks.host import HostMode
+from ..hardware.profile import Profile
+from ..workload.ops import Op, OpKind
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Host issue time of one pass and how many ops it issues (the device can start once
+    the first is issued)."""
+
+    seconds: float = 0.0
+    ops: float = 0.0
+
+
+def op_count(op: Op) -> int:
+    """Host-dispatched ops one op-graph op stands for: one per GEMM, attention core or
+    collective; ``kernels`` for a bandwidth-bound op (e.g. an unfused cross-entropy)."""
+    return op.kernels if op.kind == OpKind.MEMORY else 1
+
+
+def is_forward_op(op: Op, backward: bool) -> bool:
+    """Forward-type host cost: a forward pass, or a forward op re-run in backward by
+    activation recompute (Python module code again, not the autograd engine)."""
+    return not backward or op.name.endswith("_recompute")
+
+
+def eager_host_us(ops: list[Op], prof: Profile, backward: bool) -> float:
+    """Microseconds the host spends dispatching ``ops`` one by one in eager mode."""
+    h = prof.host
+    if h is None:
+        return 0.0
+    fwd = sum(op_count(o) for o in ops if is_forward_op(o, backward))
+    bwd = sum(op_count(o) for o in ops if not is_forward_op(o, backward))
+    return fwd * h.op_fwd_us.value + bwd * h.op_bwd_us.value
+
+
+def host_mode(name: str) -> HostMode:
+    return HOST.modes[name]
+
+
+def layer_host(ops: list[Op], prof: Profile, backward: bool, mode: str) -> HostCost:
+    """Host time of one transformer layer's pass under the framework's launch ``mode``."""
+    if prof.host is None:
+        return HostCost()
+    m = host_mode(mode)
+    n = float(sum(op_count(o) for o in ops))
+    eager = eager_host_us(ops, prof, backward)
+    us = m.op_scale * eager + m.region_eager_ops * prof.host.op_fwd_us.value
+    if m.graph_launch_us > 0:
+        us += m.graph_launch_us + m.graph_node_us * n
+        n = 1.0                      # one replay: the whole layer is issued at once
+    return HostCost(us * 1e-6, n)
+
+
+def eager_host(ops: list[Op], prof: Profile, backward: bool, mode: str) -> HostCost:
+    """Host time of ops outside the layers (embedding, head, loss): not captured by
+    per-layer graphs; compiled with the model under ``compiled``."""
+    if prof.host is None:
+        return HostCost()
+    m = host_mode(mode)
+    scale = m.op_scale if m.graph_launch_us <= 0 else 1.0
+    n = float(sum(op_count(o) for o in ops))
+    return HostCost(scale * eager_host_us(ops, prof, backward) * 1e-6, n)
+
+
+def mechanism_host(eager_ops: float, prof: Profile) -> HostCost:
+    """Host time of ``eager_ops`` eager ops' worth of framework work (hooks, loops)."""
+    if prof.host is None or eager_ops <= 0:
+        return HostCost()
+    return HostCost(eager_ops * prof.host.op_fwd_us.value * 1e-6, eager_ops)
+
+
+WEIGHTLESS_GEMMS = ("qk", "av")          # attention score GEMMs (materialized attention)
+
+
+def param_tensors(ops: list[Op]) -> int:
+    """Parameter tensors the forward ops ``ops`` use: one weight per GEMM (per group of a
+    grouped GEMM), one per norm and per embedding table. Biases are not in the op graph
+    and are not counted."""
+    n = 0
+    for o in ops:
+        if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS:
+            n += o.batch
+        elif o.kind == OpKind.MEMORY and (o.mem_kind == "norm" or o.name == "embedding"):
+            n += 1
+    return n
+
+
+def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile
+                    ) -> tuple[HostCost, HostCost]:
+    """(forward, backward) host time the framework's mechanisms add to one chunk pass of
+    ``layers`` layers holding ``tensors`` parameter tensors."""
+    fwd = bwd = 0.0
+    for name in names:
+        m = HOST.mechanisms[name]
+        fwd += layers * m.layer_fwd_eager_ops
+        bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops
+    return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
+
+
+def device_bytes_per_param_bwd(names: tuple[str, ...]) -> float:
+    """Device memory traffic per local parameter and backward pass the mechanisms add."""
+    return sum(HOST.mechanisms[n].device_bytes_per_param_bwd for n in names)
+
+
+def lead_layers(names: tuple[str, ...]) -> int:
+    """How many layers the host may run ahead of the device (-1: unbounded)."""
+    leads = [HOST.mechanisms[n].lead_layers for n in names if HOST.mechanisms[n].lead_layers >= 0]
+    return min(leads) if leads else -1
+
+
+def sync_at_p2p(names: tuple[str, ...]) -> bool:
+    return any(HOST.mechanisms[n].sync_at_p2p for n in names)

@@ -1,0 +1,96 @@
+"""How frameworks issue work from the host: launch modes and host-side mechanisms.
+
+Loaded from the "host" section of ``frameworks.json`` (facts with sources; the formulas are
+in ``simulator.cost.host`` and ``simulator.engine.step``). Costs of mechanisms are in
+*eager ops*: multiples of the profile's ``HostModel.op_fwd_us``, measured relative to that
+cost on the same host, so they follow the host's speed (a Grace host is slower than a Xeon
+for both).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .defaults import canonical_framework
+
+DATA = Path(__file__).with_name("frameworks.json")
+
+
+@dataclass(frozen=True)
+class HostMode:
+    """How kernels are launched: ``op_scale`` x the eager per-op cost per op, plus per layer
+    and pass ``region_eager_ops`` (a compiled region's guards and wrapper) and one graph
+    replay ``graph_launch_us + graph_node_us * ops`` (CUDA graphs)."""
+
+    op_scale: float
+    region_eager_ops: float = 0.0
+    graph_launch_us: float = 0.0
+    graph_node_us: float = 0.0
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class HostMechanism:
+    """Host work a framework adds, and how it limits the host's run-ahead.
+
+    ``layer_fwd_eager_ops`` / ``layer_bwd_eager_ops``: per layer (an FSDP unit) and pass;
+    ``param_tensor_bwd_eager_ops``: per local parameter tensor and backward pass (DDP's
+    autograd hooks, DeepSpeed's per-micro-batch gradient loop); ``device_bytes_per_param_bwd``:
+    device memory traffic per local parameter and backward (DDP's bucket copies);
+    ``lead_layers``: the host may run at most this many layers ahead of the device (FSDP's
+    all-gather rate limiter), -1 = unbounded; ``sync_at_p2p``: the host waits for the device
+    after every pipeline send/receive (Megatron's ``batch_p2p_sync``)."""
+
+    layer_fwd_eager_ops: float = 0.0
+    layer_bwd_eager_ops: float = 0.0
+    param_tensor_bwd_eager_ops: float = 0.0
+    device_bytes_per_param_bwd: float = 0.0
+    lead_layers: int = -1
+    sync_at_p2p: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class FrameworkHost:
+    """A framework's default launch mode and host mechanisms."""
+
+    mode: str
+    mechanisms: tuple[str, ...]
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    modes: Mapping[str, HostMode]
+    mechanisms: Mapping[str, HostMechanism]
+    frameworks: Mapping[str, FrameworkHost] = field(default_factory=dict)
+    default: FrameworkHost = FrameworkHost("eager", ())
+
+    def framework(self, name: str) -> FrameworkHost:
+        """Host facts of framework ``name`` (any spelling: "megatron" is "megatron-lm");
+        unknown names get ``default``."""
+        key = canonical_framework(name)
+        return self.frameworks.get(key, self.default)
+
+
+def _split(d: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    return {k: v for k, v in d.items() if k != "source"}, str(d.get("source", ""))
+
+
+def _fw(d: Mapping[str, Any]) -> FrameworkHost:
+    kw, why = _split(d)
+    return FrameworkHost(str(kw["mode"]), tuple(kw.get("mechanisms", ())), why)
+
+
+def load_host(data: Mapping[str, Any] | None = None) -> HostFacts:
+    h = (data if data is not None else json.loads(DATA.read_text()))["host"]
+    modes = {k: HostMode(**_split(v)[0], why=_split(v)[1]) for k, v in h["modes"].items()}
+    mech = {k: HostMechanism(**_split(v)[0], why=_split(v)[1])
+            for k, v in h["mechanisms"].items()}
+    fws = {canonical_framework(k): _fw(v) for k, v in h["frameworks"].items()}
+    return HostFacts(modes, mech, fws, _fw(h["default"]))
+
+
+HOST = load_host()

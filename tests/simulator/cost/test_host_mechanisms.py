@@ -1,0 +1,135 @@
+"""Framework host mechanisms (frameworks.json "host"): each priced from its own unit count,
+and the FSDP rate limiter's bound on how far the host runs ahead."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import hardware_db
+from simulator.cost.host import (
+    device_bytes_per_param_bwd,
+    lead_layers,
+    mechanisms_host,
+    param_tensors,
+    sync_at_p2p,
+)
+from simulator.engine.simulate import simulate
+from simulator.engine.stage_work import build_chunks, place_groups
+from simulator.frameworks import FRAMEWORKS, HOST, canonical_framework
+from simulator.frameworks.host import DATA, load_host
+from simulator.hardware.profile import Coefficient, HostModel
+from simulator.parallel.plan import Plan
+from simulator.workload import MLP, TransformerSpec
+from simulator.workload.ops import LayerShape, embedding_ops, head_ops, layer_ops
+
+MODEL = TransformerSpec("mech-gpt", n_layers=4, hidden=512, ffn_hidden=2048, n_heads=8,
+                        n_kv_heads=8, vocab=8000, seq_len=512)
+BASE = hardware_db.load_profile("h100-sxm")
+
+
+def prof(us: float):
+    c = Coefficient(us, "us", "test")
+    return dataclasses.replace(BASE, host=HostModel(c, c))
+
+
+def test_param_tensors_of_a_layer():
+    """A dense layer holds 4 Linear weights (qkv, out, fc1, fc2) and 2 norm weights; the
+    embedding and head add the table, the final norm and the output weight."""
+    sh = LayerShape(micro_batch=1, seq_len=MODEL.seq_len)
+    assert param_tensors(layer_ops(MODEL, sh)) == 6
+    assert param_tensors(embedding_ops(MODEL, sh) + head_ops(MODEL, sh)) == 3
+    swiglu = dataclasses.replace(MODEL, mlp=MLP.SWIGLU)
+    assert param_tensors(layer_ops(swiglu, sh)) == 6          # fused gate+up: one weight
+
+
+def test_mechanism_host_time_scales_with_units_and_host_speed():
+    names = ("fsdp1_unit", "deepspeed_bf16_grad_loop")
+    f1, b1 = mechanisms_host(names, layers=4, tensors=30, prof=prof(10.0))
+    f2, b2 = mechanisms_host(names, layers=8, tensors=60, prof=prof(20.0))
+    fsdp, ds = HOST.mechanisms["fsdp1_unit"], HOST.mechanisms["deepspeed_bf16_grad_loop"]
+    assert f1.seconds == pytest.approx(4 * fsdp.layer_fwd_eager_ops * 10e-6)
+    assert b1.seconds == pytest.approx((4 * fsdp.layer_bwd_eager_ops
+                                        + 30 * ds.param_tensor_bwd_eager_ops) * 10e-6)
+    assert f2.seconds == pytest.approx(4 * f1.seconds)
+    assert b2.seconds == pytest.approx(4 * b1.seconds)
+
+
+def test_mechanism_flags():
+    assert lead_layers(("fsdp1_unit",)) == 1
+    assert lead_layers(()) == -1
+    assert sync_at_p2p(("megatron_p2p_sync",)) and not sync_at_p2p(("fsdp1_unit",))
+    assert device_bytes_per_param_bwd(("ddp_param_hooks",)) == 16.0
+
+
+def test_every_framework_names_known_modes_and_mechanisms():
+    for name, fw in list(HOST.frameworks.items()) + [("default", HOST.default)]:
+        assert fw.mode in HOST.modes, name
+        assert all(m in HOST.mechanisms for m in fw.mechanisms), name
+        assert fw.why
+    assert set(HOST.frameworks) <= {canonical_framework(k) for k in FRAMEWORKS}
+    for m in list(HOST.modes.values()) + list(HOST.mechanisms.values()):
+        assert m.why and "PLACEHOLDER" not in m.why
+
+
+def test_loader_reads_its_own_section():
+    data = json.loads(DATA.read_text())
+    assert load_host(data) == HOST
+
+
+def test_ddp_copies_and_hooks_are_charged_per_backward():
+    cl = hardware_db.build_cluster("h100-sxm", 2)
+    plain = Plan(dp=2, micro_batch=1, global_batch=2)
+    ddp = dataclasses.replace(plain, host_mechanisms=("ddp_param_hooks",))
+    p = prof(10.0)
+    a = build_chunks(MODEL, plain, cl, p, place_groups(cl, plain))[0][0]
+    b = build_chunks(MODEL, ddp, cl, p, place_groups(cl, ddp))[0][0]
+    tensors = 4 * 6 + 3
+    per = HOST.mechanisms["ddp_param_hooks"].param_tensor_bwd_eager_ops
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(tensors * per * 10e-6)
+    assert b.fwd.host_s == pytest.approx(a.fwd.host_s)
+    assert b.bwd.total_s > a.bwd.total_s          # 16 B per parameter of bucket copies
+
+
+def test_fsdp_rate_limiter_bounds_the_host_lead():
+    """limit_all_gathers: the host may issue a pass only when the device is within one
+    layer of the end of the previous pass. With a host that is fast during backward but
+    slow during forward, the limiter makes the step longer than free run-ahead; expected
+    from the recursion with the lead bound."""
+    cl = hardware_db.build_cluster("h100-sxm", 1)
+    fsdp = Plan(micro_batch=1, global_batch=3, host_mechanisms=("fsdp1_unit",))
+    p = dataclasses.replace(BASE, host=HostModel(Coefficient(40.0, "us", "t"),
+                                                 Coefficient(0.2, "us", "t")))
+    ch = build_chunks(MODEL, fsdp, cl, p, place_groups(cl, fsdp))[0][0]
+    passes = [(ch.fwd.total_s, ch.fwd.host_s, ch.fwd.host_ops),
+              (ch.bwd.total_s, ch.bwd.host_s, ch.bwd.host_ops)] * 3
+    h = d = 0.0
+    prev = None
+    for g, hh, n in passes:
+        hs = h if prev is None else max(h, prev[0] + (1 - 1 / MODEL.n_layers) * prev[1])
+        ds = max(d, hs + hh / n)
+        prev = (ds, g)
+        d, h = max(ds + g, hs + hh), hs + hh
+    r = simulate(MODEL, fsdp, cl, p)
+    assert r.step_time_s == pytest.approx(d + r.breakdown.optimizer_s, rel=1e-9)
+    an = simulate(MODEL, fsdp, cl, p, engine="analytic").step_time_s
+    assert an == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_host_facts_follow_framework_aliases_and_plans():
+    """Host facts are found under either spelling ("megatron" is "megatron-lm"), and a plan
+    under a framework's defaults gets its mode and mechanisms unless the caller keeps its own."""
+    from simulator.parallel.framework_plan import with_framework
+    assert HOST.framework("megatron") == HOST.framework("megatron-lm")
+    assert HOST.framework("llm-foundry-fsdp").mechanisms == ("fsdp1_unit",)
+    assert HOST.framework("no-such-framework") == HOST.default
+    base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
+    assert with_framework(base, "llm-foundry").host_mechanisms == ("fsdp1_unit",)
+    assert with_framework(base, "megatron-deepspeed").host_mechanisms == \
+        ("deepspeed_bf16_grad_loop",)
+    fp16 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16")
+    assert with_framework(fp16, "megatron-deepspeed").host_mechanisms == ()   # bf16 only
+    kept = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16", host_mode="compiled")
+    assert with_framework(kept, "nemo", {"host_mode"}).host_mode == "compiled"
+    assert with_framework(kept, "nemo").host_mode == "eager"
