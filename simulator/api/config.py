@@ -44,6 +44,7 @@ class TrainingConfig:
     zero_stage: int = 0
     recompute: str = "none"
     sequence_parallel: bool = False
+    schedule: str | None = None           # pipeline schedule (Plan.schedule); None: 1f1b/interleaved
     strategy: str = "ddp"                 # modules: ddp or fsdp
     bucket_cap_mb: float | None = None    # modules, DDP: None = torch's 25 MiB
     input_shape: tuple[int, ...] | None = None

@@ -76,7 +76,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-dtype", default=None,
                    help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
                    "(default: the framework's)")
-    p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved")
+    p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe")
     p.add_argument("--attention", default=None,
                    help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")

@@ -30,7 +30,8 @@ COMMON_HELP: dict[str, str] = {
     "recompute": "activation recompute: none, selective (attention core) or full (whole layer)",
     "zero_stage": "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)",
     "precision": "compute precision: fp32, fp16, bf16, fp8",
-    "schedule": "pipeline schedule: gpipe, 1f1b, interleaved (default: 1f1b, interleaved if vpp > 1)",
+    "schedule": "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe "
+                "(default: 1f1b, interleaved if vpp > 1; zb-v and dualpipe hold two chunks per rank)",
     "bucket_mb": "data-parallel gradient bucket size in MB",
     "no_dp_overlap": "reduce gradients after the backward pass instead of overlapping it",
     "tp_overlap": "overlap tensor-parallel collectives with the GEMMs they feed",

@@ -42,7 +42,7 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     prev: tuple[float, float, int] | None = None        # device start, duration, layers
     for u in order:
         ch = chunks[u.chunk]
-        pc = ch.fwd if u.fwd else ch.bwd
+        pc = ch.pass_cost(u)
         g, hh = pc.total_s, pc.host_s
         busy += g
         if host is None or hh <= 0:

@@ -15,19 +15,20 @@ from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory, stage_memory
 from ..memory.chunk import chunk_memory
 from ..parallel.plan import Plan, Recompute, Schedule, validate
+from ..parallel.schedule import chunk_parts
 from ..workload.spec import TransformerSpec
 from .stage_work import layer_shape, partition_layers
 
 
 def estimate_stage_memory(model: TransformerSpec, plan: Plan) -> list[StageMemory]:
     """Peak memory of one rank per pipeline stage."""
-    C = plan.pp * plan.vpp
+    C, placed = chunk_parts(plan.schedule, plan.pp, plan.vpp)
     parts = partition_layers(model.n_layers, C)
     sh = layer_shape(model, plan)
     out = []
     for s in range(plan.pp):
         chunks = [chunk_memory(model, plan, sh, parts[g], g == 0, g == C - 1)
-                  for g in range(s, C, plan.pp)]
+                  for g in placed[s]]
         out.append(stage_memory(s, chunks, plan))
     return out
 

@@ -13,6 +13,7 @@ from ..hardware.specs import ClusterSpec
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement
 from ..parallel.plan import Plan
+from ..parallel.schedule import SPLIT_BACKWARD, sends_downstream, stage_order
 from ..workload.spec import TransformerSpec
 from .result import Result
 from .stage_work import ChunkWork
@@ -56,6 +57,10 @@ def _sends_per_step(stage: int, plan: Plan) -> int:
     first stage."""
     if plan.pp == 1:
         return 0
+    if plan.schedule in SPLIT_BACKWARD:
+        return sum(sends_downstream(u, stage, plan.pp, plan.vpp, plan.schedule)
+                   for u in stage_order(plan.schedule, stage, plan.pp, plan.num_microbatches,
+                                        plan.vpp))
     m, v = plan.num_microbatches, plan.vpp
     return m * (v - (stage == plan.pp - 1)) + m * (v - (stage == 0))
 

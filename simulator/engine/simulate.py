@@ -14,6 +14,7 @@ from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory
 from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, validate
+from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
 from ..workload.spec import TransformerSpec
 from .events import Engine, Task
 from .host_span import stage_span
@@ -125,7 +126,7 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
             parts["host"] += t.work_s
             continue
         u = by_tid[t.tid]
-        pc = stages[crit][u.chunk].fwd if u.fwd else stages[crit][u.chunk].bwd
+        pc = stages[crit][u.chunk].pass_cost(u)
         parts["compute"] += pc.compute_s
         parts["interference"] += pc.interference_s
         for g, v in pc.comm_s.items():
@@ -156,11 +157,15 @@ def _analytic_step(stages, plan, cluster, prof, groups):
     optimizer; ``t`` per micro-batch includes the wait for the host (``host_span``), and
     with one stage the host/device recursion is the whole pipeline."""
     m = plan.num_microbatches
+    share = chunk_share(plan.schedule)
     spans = [stage_span(chunks, plan, prof, s) for s, chunks in enumerate(stages)]
     per_mb = [sp.span_s / m for sp in spans]
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
     t, sp = per_mb[crit], spans[crit]
-    pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
+    if splits_backward(plan.schedule):
+        pipe = sp.span_s + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share))
+    else:
+        pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
     dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
         if plan.zero_stage < 3 else 0.0
     last_bwd = sum(c.bwd.total_s for c in stages[crit])
@@ -173,11 +178,18 @@ def _analytic_step(stages, plan, cluster, prof, groups):
              "host": sp.span_s - sp.device_s}
     for c in stages[crit]:
         for pc in (c.fwd, c.bwd):
-            parts["compute"] += m * pc.compute_s
-            parts["interference"] += m * pc.interference_s
+            parts["compute"] += share * m * pc.compute_s
+            parts["interference"] += share * m * pc.interference_s
             for g, v in pc.comm_s.items():
-                parts[g] = parts.get(g, 0.0) + m * v
+                parts[g] = parts.get(g, 0.0) + share * m * v
     return pipe + dp_exposed + opt, crit, parts, sp.device_s + sp.host_on_stream_s + opt, []
+
+
+def _fbw(chunks: list[ChunkWork], share: float) -> tuple[float, float, float]:
+    """(F, B, W) seconds of one micro-batch through the stage (B: input gradients only)."""
+    f = share * sum(c.fwd.total_s for c in chunks)
+    w = share * sum(c.wgrad.total_s for c in chunks)
+    return f, share * sum(c.bwd.total_s for c in chunks) - w, w
 
 
 # ---- result ---------------------------------------------------------------------------------
@@ -185,7 +197,7 @@ def _result(model, plan, cluster, stages, memory, step, crit, parts, busy, engin
             timeline) -> Result:
     n = cluster.n_gpus
     mbs_total = plan.num_microbatches * plan.dp
-    scale = plan.tp * plan.cp * mbs_total
+    scale = plan.tp * plan.cp * mbs_total * chunk_share(plan.schedule)   # DualPipe: 2 copies
     model_flops = scale * sum(c.fwd.model_flops + c.bwd.model_flops for ch in stages for c in ch)
     hw_flops = scale * sum(c.fwd.hardware_flops + c.bwd.hardware_flops for ch in stages for c in ch)
     peak = cluster.gpu.peak(plan.precision) * 1e12

@@ -33,6 +33,7 @@ from ..network.collectives import Collective
 from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
+from ..parallel.schedule import Part, Unit, chunk_parts
 from ..workload.ops import (
     LayerShape,
     Op,
@@ -41,6 +42,7 @@ from ..workload.ops import (
     embedding_ops,
     head_ops,
     layer_ops,
+    weight_grad_ops,
 )
 from ..workload.spec import TransformerSpec
 
@@ -58,6 +60,35 @@ class ChunkWork:
     dense_params: float           # of which replicated over the full DP group
     memory: ChunkMemory           # what it keeps in memory (simulator.memory.chunk)
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
+    wgrad: PassCost = field(default_factory=PassCost)   # of bwd: the weight-gradient half (W)
+
+    def pass_cost(self, u: Unit) -> PassCost:
+        """What running ``u`` costs: the forward, the whole backward, or its B or W half
+        (W: the weight-gradient GEMMs and the per-parameter work after them; B: the rest)."""
+        if u.fwd:
+            return self.fwd
+        if u.part == Part.WEIGHT:
+            return self.wgrad
+        return self.bwd if u.part == Part.WHOLE else _without(self.bwd, self.wgrad)
+
+
+def _without(whole: PassCost, part: PassCost) -> PassCost:
+    """``whole`` less ``part``'s compute and host time (``part`` has no communication);
+    communication and interference stay with the remainder, its compute segments shrink
+    in proportion."""
+    left = max(0.0, whole.compute_s - part.compute_s)
+    scale = left / whole.compute_s if whole.compute_s > 0 else 0.0
+    segs = [seg if seg.group else replace(seg, exposed_s=seg.exposed_s * scale)
+            for seg in whole.segments]
+    out = PassCost(compute_s=left,
+                   comm_s=dict(whole.comm_s), interference_s=whole.interference_s,
+                   flops=whole.flops - part.flops, model_flops=whole.model_flops - part.model_flops,
+                   hardware_flops=whole.hardware_flops - part.hardware_flops,
+                   host_s=max(0.0, whole.host_s - part.host_s),
+                   host_ops=max(0.0, whole.host_ops - part.host_ops),
+                   link_busy_s=dict(whole.link_busy_s), _segments=segs)
+    out.op_times = {k: v for k, v in whole.op_times.items() if k not in part.op_times}
+    return out
 
 
 def partition_layers(n_layers: int, chunks: int) -> list[list[int]]:
@@ -110,9 +141,10 @@ class _LayerCache:
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost, PassCost]] = {}
 
-    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost]:
+    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, PassCost]:
+        """(forward ops, forward cost, backward cost, of which the weight-gradient GEMMs)."""
         key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
@@ -121,7 +153,10 @@ class _LayerCache:
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             _set_host(cf, layer_host(fwd, self.prof, False, self.p.host_mode))
             _set_host(cb, layer_host(bwd, self.prof, True, self.p.host_mode))
-            self._cache[key] = (fwd, cf, cb)
+            wops = weight_grad_ops(bwd)
+            cw = _set_host(pass_cost(wops, self.c.gpu, self.prof, self.g, self.p.tp_overlap),
+                           layer_host(wops, self.prof, True, self.p.host_mode))
+            self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
 
 
@@ -132,22 +167,23 @@ def _set_host(pc: PassCost, h: HostCost) -> PassCost:
 
 def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof: Profile,
                  groups: dict[str, GroupPlacement]) -> list[list[ChunkWork]]:
-    """``result[stage][chunk]`` for every stage and virtual chunk."""
-    C = plan.pp * plan.vpp
+    """``result[stage][chunk]`` for every stage and virtual chunk (layers placed as the
+    schedule places them: ``schedule.chunk_parts``)."""
+    C, placed = chunk_parts(plan.schedule, plan.pp, plan.vpp)
     parts = partition_layers(model.n_layers, C)
     cache = _LayerCache(model, plan, cluster, prof, groups)
     sh = cache.sh
     stages: list[list[ChunkWork]] = [[] for _ in range(plan.pp)]
     for c in range(plan.vpp):
         for s in range(plan.pp):
-            g = c * plan.pp + s
+            g = placed[s][c]
             stages[s].append(_chunk(model, plan, cluster, prof, groups, cache, sh, s, c,
                                     parts[g], first=(g == 0), last=(g == C - 1)))
     return stages
 
 
 def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
-    fwd, bwd = PassCost(), PassCost()
+    fwd, bwd, wgrad = PassCost(), PassCost(), PassCost()
     mem = chunk_memory(model, plan, sh, layers, first, last)
     params, dense = mem.params, mem.dense_params
     all_fwd: list[Op] = []
@@ -156,9 +192,10 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     tensors = 0
     for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
         run = list(run)
-        lf, cf, cb = cache.get(run[0])
+        lf, cf, cb, cw = cache.get(run[0])
         fwd.add_each(cf, len(run))
         bwd.add_each(cb, len(run))
+        wgrad.add_each(cw, len(run))
         all_fwd = lf
         tensors += len(run) * param_tensors(lf)
     if extra:
@@ -167,18 +204,23 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         eb = backward_ops(extra)
         bwd.add(_set_host(pass_cost(eb, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(eb, prof, True, plan.host_mode)))
+        ew = weight_grad_ops(eb)
+        wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
+                            eager_host(ew, prof, True, plan.host_mode)))
         tensors += param_tensors(extra)
-    _add_per_param_work(fwd, bwd, params, len(layers), tensors, plan, cluster, prof, groups)
+    _add_per_param_work(fwd, (bwd, wgrad), params, len(layers), tensors, plan, cluster, prof,
+                        groups)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
-def _add_per_param_work(fwd: PassCost, bwd: PassCost, params: float, layers: int,
+def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float, layers: int,
                         tensors: int, plan: Plan, cluster: ClusterSpec, prof: Profile,
                         groups: dict[str, GroupPlacement]) -> None:
     """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
-    GEMM, and the framework's host mechanisms (hooks, loops) with their device copies."""
+    GEMM, and the framework's host mechanisms (hooks, loops) with their device copies;
+    added to each of ``bwds`` (the backward, and its W half, which runs it when split)."""
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
@@ -186,11 +228,12 @@ def _add_per_param_work(fwd: PassCost, bwd: PassCost, params: float, layers: int
     if nb > 0:
         ops.append(Op("framework_grad_copies", OpKind.MEMORY, bytes_moved=params * nb,
                       kernels=max(1, 2 * tensors), mem_kind="copy"))
-    if ops:
-        bwd.add(pass_cost(ops, cluster.gpu, prof, groups, plan.tp_overlap))
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof)
     fwd.add(_set_host(PassCost(), hf))
-    bwd.add(_set_host(PassCost(), hb))
+    for bwd in bwds:
+        if ops:
+            bwd.add(pass_cost(ops, cluster.gpu, prof, groups, plan.tp_overlap))
+        bwd.add(_set_host(PassCost(), hb))
 
 
 def _grad_accumulation_op(params: float, plan: Plan) -> Op:

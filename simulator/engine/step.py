@@ -20,7 +20,7 @@ from ..network.collectives import Collective
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
-from ..parallel.schedule import Unit, sends_downstream, stage_order, upstream
+from ..parallel.schedule import Part, Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
 from .events import Engine
 from .stage_work import ChunkWork
@@ -44,6 +44,7 @@ class StageTasks:
     dp_tasks: list[int]
     tail: int                    # last task of the stage
     ends: dict[Unit, int] = field(default_factory=dict)    # last compute-stream task of a pass
+                                                           # (of its pair, for a paired unit)
     hosts: dict[Unit, int] = field(default_factory=dict)   # the host task issuing a pass
 
 
@@ -123,18 +124,18 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
     m = plan.num_microbatches
     sends = pipeline_send_costs(model, plan, cluster, prof, groups)
     t_send = sum(c.time_s for c in sends)
-    out = [_compute_tasks(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
-    _pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
+    out = [stage_units(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
+    pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
 
 
-def host_stream(eng: Engine, s: int, prof: Profile) -> str | None:
+def host_stream(eng: Engine, s: int, prof: Profile | None) -> str | None:
     """Where stage ``s`` issues its ops: its own host stream (a GPU: the host runs ahead),
     the compute stream itself (``HostModel.synchronous``: the host runs the kernels), or
-    nowhere (a profile without a host model)."""
-    if prof.host is None:
+    nowhere (a profile without a host model, or none)."""
+    if prof is None or prof.host is None:
         return None
     if prof.host.synchronous:
         return f"stage{s}.compute"
@@ -142,12 +143,22 @@ def host_stream(eng: Engine, s: int, prof: Profile) -> str | None:
     return f"stage{s}.host"
 
 
-def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
-                   t_send: float, prof: Profile) -> StageTasks:
-    """The stage's passes in schedule order; with ``pp_blocking_p2p`` each pass that feeds
-    another stage is followed by its send on the same stream (Megatron's and DeepSpeed's
-    synchronous p2p: the sender waits for the hand-off to complete). Each pass is first
-    issued by the host (``_issue``)."""
+UNIT_KIND = {Part.WHOLE: "bwd", Part.INPUT: "bwd_input", Part.WEIGHT: "bwd_weight"}
+
+
+def unit_kind(u: Unit) -> str:
+    """Engine task kind of a pass: ``fwd``, ``bwd`` (whole backward), ``bwd_input`` (B),
+    ``bwd_weight`` (W)."""
+    return "fwd" if u.fwd else UNIT_KIND[u.part]
+
+
+def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
+                t_send: float, prof: Profile | None) -> StageTasks:
+    """The stage's passes in schedule order (``chunks[c].pass_cost(unit)`` each); with
+    ``pp_blocking_p2p`` each pass that feeds another stage is followed by its send on the
+    same stream (Megatron's and DeepSpeed's synchronous p2p: the sender waits for the
+    hand-off to complete). Each pass is first issued by the host (``_issue``). A paired
+    unit (DualPipe's forward&backward pair) hands off when its pair ends."""
     comp = f"stage{s}.compute"
     eng.stream(comp)
     for link in LINKS:
@@ -155,17 +166,20 @@ def _compute_tasks(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
     st = StageTasks({}, {}, comp, -1, -1, [], -1)
     host = host_stream(eng, s, prof)
     prev: Unit | None = None
+    held: list[Unit] = []                    # a paired unit, waiting for its pair to end
     for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
-        ch = chunks[u.chunk]
-        pc = ch.fwd if u.fwd else ch.bwd
-        name = f"{'F' if u.fwd else 'B'} mb{u.mb} c{u.chunk}"
+        pc = chunks[u.chunk].pass_cost(u)
         prev_layers = len(chunks[prev.chunk].layers) if prev is not None else 0
-        tid = _issue(eng, st, host, name, pc, prev_layers, u, prev, plan, s)
-        if plan.pp_blocking_p2p and sends_downstream(u, s, plan.pp, plan.vpp):
-            tid = eng.add(f"send {'act' if u.fwd else 'grad'} mb{u.mb} c{u.chunk}", comp,
-                          t_send, stage=s, kind="pp_send")
-            st.sends[u] = tid
-        st.ends[u] = tid
+        tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c{u.chunk}", pc, prev_layers, u,
+                     prev, plan, s)
+        sending, held = held + ([] if u.paired else [u]), ([u] if u.paired else [])
+        for v in sending:
+            if plan.pp_blocking_p2p and sends_downstream(v, s, plan.pp, plan.vpp, plan.schedule):
+                tid = eng.add(f"send {'act' if v.fwd else 'grad'} mb{v.mb} c{v.chunk}", comp,
+                              t_send, stage=s, kind="pp_send")
+                st.sends[v] = tid
+        for v in sending:
+            st.ends[v] = tid
         prev = u
     st.last_unit = st.tail = tid
     return st
@@ -182,7 +196,7 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, prev_la
     device except where the framework stops it: ``lead_layers`` (at most that many layers
     ahead: FSDP's rate limiter) or ``sync_at_p2p`` (waits for the device after each
     pipeline hand-off)."""
-    comp, kind = st.compute, "fwd" if u.fwd else "bwd"
+    comp, kind = st.compute, unit_kind(u)
     if host is None or pc.host_s <= 0:
         st.units[u] = eng.add(name, comp, pc.total_s, stage=s, kind=kind, mb=u.mb,
                               chunk=u.chunk)
@@ -207,7 +221,7 @@ def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan
     if prev is None:
         return []
     if plan.pp > 1 and sync_at_p2p(plan.host_mechanisms):
-        return [(st.ends[prev], 1.0)]
+        return [(st.ends.get(prev, st.units[prev]), 1.0)]
     lead = lead_layers(plan.host_mechanisms)
     if lead >= 0:
         return [(st.units[prev], max(0.0, 1.0 - lead / max(1, prev_layers)))]
@@ -240,18 +254,24 @@ def pipeline_send_costs(model: TransformerSpec, plan: Plan, cluster: ClusterSpec
     return out
 
 
-def _pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
-                    link: str) -> None:
+def _producer(stage: StageTasks, u: Unit) -> Unit:
+    """``u`` as ``stage`` runs it: a backward named whole may run as its B half."""
+    return u if u in stage.units else Unit(u.fwd, u.mb, u.chunk, Part.INPUT)
+
+
+def pipeline_sends(eng: Engine, st: list[StageTasks], t_send: float, plan: Plan,
+                   link: str) -> None:
     """Wire each pass to the pass it consumes: through the producer's blocking send on its
     stream, or through an overlapped send on the producer's link. A host that synchronises
     at every hand-off (``sync_at_p2p``) also waits for the data before issuing the pass."""
     sync = sync_at_p2p(plan.host_mechanisms)
     for s, stage in enumerate(st):
         for u, tid in stage.units.items():
-            up = upstream(u, s, plan.pp, plan.vpp)
+            up = upstream(u, s, plan.pp, plan.vpp, plan.schedule)
             if up is None:
                 continue
-            src_stage, src_unit = up
+            src_stage = up[0]
+            src_unit = _producer(st[src_stage], up[1])
             src = st[src_stage].ends.get(src_unit, st[src_stage].units[src_unit])
             if src_stage == s:
                 eng.depend(tid, src)

@@ -22,6 +22,7 @@ from ..cost.layer import group_links
 from ..memory.accounting import StageMemory
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
+from ..parallel.schedule import Part, Unit
 from ..hardware.specs import ClusterSpec
 from .events import Engine, Task
 from .stage_work import ChunkWork
@@ -46,9 +47,11 @@ def build_timeline(eng: Engine, stages: list[list[ChunkWork]], memory: list[Stag
         if group:
             out += _comm_records(stage, group, t.name, t.start_s, t.end_s, links.get(group, ()),
                                  {"task": t.tid})
-        elif t.meta.get("kind") in ("fwd", "bwd"):
+        elif t.meta.get("kind") in ("fwd", "bwd", "bwd_input"):
             ch = stages[stage][t.meta["chunk"]]
-            out += _pass_records(t, stage, ch.fwd if t.meta["kind"] == "fwd" else ch.bwd)
+            part = Part.INPUT if t.meta["kind"] == "bwd_input" else Part.WHOLE
+            out += _pass_records(t, stage, ch.pass_cost(
+                Unit(t.meta["kind"] == "fwd", t.meta["mb"], t.meta["chunk"], part)))
     for s, mem in enumerate(memory):
         out += _memory_counter(eng, s, mem, stages[s])
     return out
@@ -84,6 +87,19 @@ def _pass_records(t: Task, stage: int, pc) -> list[dict[str, Any]]:
     return out
 
 
+def _pass_memory_delta(t: Task, kind: str, mem) -> tuple[float, float]:
+    """(when, bytes) a pass changes the rank's memory: a forward takes its activations at
+    its start, a whole backward frees them at its end; split, B trades them for what W
+    needs (``ChunkMemory.wgrad_hold_bytes``) and W frees that."""
+    if kind == "fwd":
+        return t.start_s, mem.act_bytes
+    if kind == "bwd_input":
+        return t.end_s, mem.wgrad_hold_bytes - mem.act_bytes
+    if kind == "bwd_weight":
+        return t.end_s, -mem.wgrad_hold_bytes
+    return t.end_s, -mem.act_bytes
+
+
 def _memory_counter(eng: Engine, s: int, mem: StageMemory,
                     chunks: list[ChunkWork]) -> list[dict[str, Any]]:
     """Bytes held by one rank of stage ``s`` over the step: weights, gradients, optimizer
@@ -99,10 +115,9 @@ def _memory_counter(eng: Engine, s: int, mem: StageMemory,
         kind = t.meta.get("kind")
         if kind == "optimizer":
             opt = t
-        elif kind in ("fwd", "bwd"):
-            act = chunks[t.meta["chunk"]].memory.act_bytes
-            at, sign = (t.start_s, 1.0) if kind == "fwd" else (t.end_s, -1.0)
-            deltas[at] = deltas.get(at, 0.0) + sign * act
+        elif kind in ("fwd", "bwd", "bwd_input", "bwd_weight"):
+            at, delta = _pass_memory_delta(t, kind, chunks[t.meta["chunk"]].memory)
+            deltas[at] = deltas.get(at, 0.0) + delta
     points, level = [], base
     for at in sorted(deltas):
         level += deltas[at]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..hardware.specs import Dtype
 from ..parallel.conventions import BucketKind
-from ..parallel.plan import Plan, Recompute, Schedule
+from ..parallel.plan import Plan, Recompute
 from ..parallel.in_flight import live_chunk_counts  # noqa: F401  (re-exported)
 from ..workload.ops import Op, OpKind
 
@@ -76,6 +76,7 @@ class ChunkMemory:
     layer_transient_bytes: float  # the largest layer-backward working set
     loss_transient_bytes: float   # the loss's own peak (last chunk only)
     head_saved_bytes: float = 0.0  # of act_bytes, kept by the output layer and the loss
+    wgrad_hold_bytes: float = 0.0  # kept per micro-batch from its B to its W (split backward)
 
 
 # ---- state ----------------------------------------------------------------------------------
@@ -140,6 +141,24 @@ def _grad_bytes(op: Op, act_bytes: int) -> float:
     return 0.0
 
 
+def wgrad_hold_bytes(fwd_ops: list[Op], act_bytes: int) -> float:
+    """Bytes a micro-batch keeps between its B and its W when the backward is split: for
+    every weight GEMM its input as saved for backward and the gradient of its output that
+    B computed, which the deferred weight-gradient GEMM reads (the zero-bubble and DualPipe
+    implementations keep this pair per linear layer in their ``WeightGradStore``);
+    everything else the layer saved is freed by B. The input is the GEMM's saved bytes up
+    to its input's size (sharded under sequence parallelism, FP8 under FP8; a GEMM's saved
+    bytes may also carry outputs kept for later ops, e.g. Q, K, V); the output gradient is
+    counted at the size the GEMM reads it (for row-parallel layers the gathered full
+    sequence: assumed; an implementation keeping the sequence shard and gathering again at
+    W holds tp times less of it). Without parallelism a GPT layer holds 32 sbh bytes in
+    16-bit (inputs h + h + h + 4h, output gradients 3h + h + 4h + h, per token), against the
+    34 sbh + 5 as^2 b it keeps from F to B (Korthikanti et al. 2022)."""
+    return sum(min(op.saved_bytes, op.batch * op.m * op.k * act_bytes)   # input, as saved
+               + op.batch * op.m * op.n * act_bytes                          # output gradient
+               for op in fwd_ops if op.kind == OpKind.GEMM and op.has_weights)
+
+
 def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: int) -> float:
     """The most one layer's backward holds beyond the activations counted for it, over
     the moments its ops run backward (in reverse order): the op's input and output
@@ -159,11 +178,14 @@ def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: in
     return worst
 
 
-def peak_activation_bytes(plan: Plan, stage: int, chunk_act_bytes: list[float]) -> float:
+def peak_activation_bytes(plan: Plan, stage: int, chunk_act_bytes: list[float],
+                          chunk_wgrad_hold_bytes: list[float] = ()) -> float:
     """Largest sum over live micro-batches of their chunk's activations (chunks differ:
-    the first holds the embedding, the last the output layer and the loss)."""
+    the first holds the embedding, the last the output layer and the loss), plus, with a
+    split backward, what those between B and W hold."""
     counts = live_chunk_counts(plan.schedule, stage, plan.pp, plan.num_microbatches, plan.vpp)
-    return max(sum(n * a for n, a in zip(v, chunk_act_bytes)) for v in counts)
+    per = list(chunk_act_bytes) + list(chunk_wgrad_hold_bytes)
+    return max(sum(n * a for n, a in zip(v, per)) for v in counts)
 
 
 # ---- the stage ------------------------------------------------------------------------------
@@ -226,6 +248,7 @@ def stage_memory(stage: int, chunks: list[ChunkMemory], plan: Plan) -> StageMemo
     w2, g2, o2 = state_bytes(expert, plan, expert_shard)
     fp8 = fp8_weight_copy_bytes(sum(c.linear_params for c in chunks), plan)
     step = optimizer_step_bytes(dense, plan, shard) + optimizer_step_bytes(expert, plan, expert_shard)
-    acts = peak_activation_bytes(plan, stage, [c.act_bytes for c in chunks])
+    acts = peak_activation_bytes(plan, stage, [c.act_bytes for c in chunks],
+                                 [c.wgrad_hold_bytes for c in chunks])
     ws, source = workspace(chunks, plan)
     return StageMemory(stage, w1 + w2 + fp8, g1 + g2, o1 + o2, acts, ws, step, fp8, source)

@@ -14,7 +14,12 @@ from ..workload.ops import (
     loss_transient_bytes,
 )
 from ..workload.spec import TransformerSpec
-from .accounting import ChunkMemory, layer_activation_bytes, layer_transient_bytes
+from .accounting import (
+    ChunkMemory,
+    layer_activation_bytes,
+    layer_transient_bytes,
+    wgrad_hold_bytes,
+)
 
 
 def rank_layer_params(model: TransformerSpec, plan: Plan, layer: int) -> tuple[float, float, float]:
@@ -45,13 +50,14 @@ def first_of_kind(model: TransformerSpec, kind: tuple[bool, bool]) -> int:
 
 @lru_cache(maxsize=4096)
 def layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
-                 kind: tuple[bool, bool]) -> tuple[float, float]:
+                 kind: tuple[bool, bool]) -> tuple[float, float, float]:
     """(activation bytes one layer of ``kind`` keeps per micro-batch, its backward working
-    set)."""
+    set, what it keeps from B to W when the backward is split)."""
     fwd = layer_ops(model, sh, first_of_kind(model, kind))
     input_bytes = _tokens_per_rank(model, sh) * model.hidden * sh.act_bytes
     return (layer_activation_bytes(fwd, recompute, input_bytes),
-            layer_transient_bytes(fwd, recompute, sh.act_bytes))
+            layer_transient_bytes(fwd, recompute, sh.act_bytes),
+            wgrad_hold_bytes(fwd, sh.act_bytes))
 
 
 @lru_cache(maxsize=4096)
@@ -62,6 +68,12 @@ def edge_memory(model: TransformerSpec, sh: LayerShape, first: bool,
     emb = sum(o.saved_bytes for o in embedding_ops(model, sh)) if first else 0.0
     head = sum(o.saved_bytes for o in head_ops(model, sh)) if last else 0.0
     return emb + head, head, (loss_transient_bytes(model, sh) if last else 0.0)
+
+
+@lru_cache(maxsize=4096)
+def edge_wgrad_hold_bytes(model: TransformerSpec, sh: LayerShape, last: bool) -> float:
+    """The output layer's B-to-W hold (``wgrad_hold_bytes``; the embedding has no GEMM)."""
+    return wgrad_hold_bytes(head_ops(model, sh), sh.act_bytes) if last else 0.0
 
 
 def chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: list[int],
@@ -85,14 +97,16 @@ def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape,
     out = (emb if not (model.tied_embeddings and first) else 0.0) + model.hidden   # + final norm
     edge = (emb if first else 0.0) + (out if last else 0.0)
     params = dense = edge
-    linear = act = transient = biggest = 0.0
+    linear = act = transient = biggest = hold = 0.0
     for kind, n in kinds:
         p, d, lin = rank_layer_params(model, plan, first_of_kind(model, kind))
-        a, t = layer_memory(model, sh, plan.recompute, kind)
+        a, t, w = layer_memory(model, sh, plan.recompute, kind)
         params, dense, linear, act = params + n * p, dense + n * d, linear + n * lin, act + n * a
+        hold += n * w
         transient, biggest = max(transient, t), max(biggest, p)
     saved, head, loss = edge_memory(model, sh, first, last)
     return ChunkMemory(params=params, dense_params=dense, linear_params=linear, edge_params=edge,
                        max_layer_params=biggest, act_bytes=act + saved,
                        layer_transient_bytes=transient, loss_transient_bytes=loss,
-                       head_saved_bytes=head)
+                       head_saved_bytes=head,
+                       wgrad_hold_bytes=hold + edge_wgrad_hold_bytes(model, sh, last))

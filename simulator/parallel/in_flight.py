@@ -22,7 +22,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .plan import Schedule
-from .schedule import stage_order
+from .schedule import Part, splits_backward, stage_order
 
 
 def _dominant(seen: set[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
@@ -36,13 +36,25 @@ def _dominant(seen: set[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
 
 def walked_live_chunk_counts(schedule: Schedule, stage: int, pp: int, m: int,
                              vpp: int) -> tuple[tuple[int, ...], ...]:
-    """The reference: play the stage's order and keep the live vector after every forward."""
-    live = [0] * vpp
+    """The reference: play the stage's order and keep the live vector after every forward
+    (and every B). When the backward is split (zero-bubble, DualPipe), B trades a
+    micro-batch's activations for what W still needs, held until W: the vector then has
+    ``vpp`` more entries, the micro-batches between B and W."""
+    split = splits_backward(schedule)
+    live = [0] * (2 * vpp if split else vpp)
     seen: set[tuple[int, ...]] = set()
     for u in stage_order(schedule, stage, pp, m, vpp):
-        live[u.chunk] += 1 if u.fwd else -1
         if u.fwd:
+            live[u.chunk] += 1
             seen.add(tuple(live))
+        elif u.part == Part.INPUT:
+            live[u.chunk] -= 1
+            live[vpp + u.chunk] += 1
+            seen.add(tuple(live))
+        elif u.part == Part.WEIGHT:
+            live[vpp + u.chunk] -= 1
+        else:
+            live[u.chunk] -= 1
     return _dominant(seen)
 
 

@@ -16,6 +16,14 @@ class Schedule(str, Enum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    # split backward (B, W): simulator.parallel.zero_bubble; two chunks per rank for ZB-V
+    # and DualPipe (vpp is 2 for them)
+    ZB_H1 = "zb-h1"
+    ZB_V = "zb-v"
+    DUALPIPE = "dualpipe"
+
+
+TWO_CHUNK_SCHEDULES = (Schedule.ZB_V, Schedule.DUALPIPE)
 
 
 class Recompute(str, Enum):
@@ -35,7 +43,7 @@ class Plan:
     """How one training step is laid over the GPUs.
 
     ``micro_batch`` and ``global_batch`` count sequences. ``vpp`` is virtual stages per
-    rank (interleaved 1F1B). ``ep`` splits experts inside the data-parallel group
+    rank (interleaved 1F1B; 2 for ZB-V and DualPipe, set when left at 1). ``ep`` splits experts inside the data-parallel group
     (Megatron convention: ep divides dp*cp... here ep must divide dp).
     ``dp_bucket_bytes`` sizes gradient-reduction buckets when ``dp_overlap`` is on (0 =
     framework default, see ``bucket_params``).
@@ -87,6 +95,8 @@ class Plan:
                 except ValueError:
                     valid = ", ".join(e.value for e in enum)
                     raise InvalidInputError(name, v, f"one of {valid}") from None
+        if self.schedule in TWO_CHUNK_SCHEDULES and self.vpp == 1:
+            object.__setattr__(self, "vpp", 2)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -214,6 +224,9 @@ def _check_batch(plan: Plan) -> None:
 
 
 def _check_schedule(plan: Plan, model: TransformerSpec) -> None:
+    if plan.schedule in TWO_CHUNK_SCHEDULES:
+        _check_two_chunk(plan, model)
+        return
     if plan.vpp > 1 and plan.schedule != Schedule.INTERLEAVED:
         raise InvalidInputError("vpp", plan.vpp, "1 unless --schedule interleaved")
     if plan.schedule == Schedule.INTERLEAVED:
@@ -226,3 +239,25 @@ def _check_schedule(plan: Plan, model: TransformerSpec) -> None:
     chunks = plan.pp * plan.vpp
     if chunks > model.n_layers:
         raise InvalidInputError("vpp", plan.vpp, f"pp*vpp={chunks} must be at most n_layers={model.n_layers}")
+
+
+def _check_two_chunk(plan: Plan, model: TransformerSpec) -> None:
+    """ZB-V and DualPipe: two chunks per rank; DualPipe's reference implementation also
+    asserts an even rank count and an even micro-batch count of at least twice the ranks
+    (``DualPipe.step``)."""
+    name = plan.schedule.value
+    if plan.vpp != 2:
+        raise InvalidInputError("vpp", plan.vpp, f"2 with --schedule {name} (two chunks per rank)")
+    if plan.pp == 1:
+        raise InvalidInputError("schedule", name, "gpipe, 1f1b or zb-h1 when pp=1")
+    if plan.schedule == Schedule.ZB_V and 2 * plan.pp > model.n_layers:
+        raise InvalidInputError("pp", plan.pp, f"at most n_layers/2={model.n_layers // 2} with "
+                                "--schedule zb-v (two chunks per rank)")
+    if plan.schedule == Schedule.DUALPIPE:
+        if plan.pp % 2:
+            raise InvalidInputError("pp", plan.pp, "an even number with --schedule dualpipe")
+        m = plan.num_microbatches
+        if m % 2 or m < 2 * plan.pp:
+            raise InvalidInputError("global_batch", plan.global_batch,
+                                    f"dualpipe needs an even number of micro-batches ({m}) "
+                                    f"of at least 2*pp={2 * plan.pp}")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from ..engine.stage_work import partition_layers
 from ..hardware.specs import Dtype
-from ..parallel.plan import AttentionImpl, Plan, Recompute
+from ..parallel.plan import AttentionImpl, Plan, Recompute, Schedule
+from ..parallel.schedule import SPLIT_BACKWARD
 from ..workload.spec import MLP, Norm, Position, TransformerSpec
 from .launch_frameworks import fsdp_sketch, nemo_recipe, torchtitan_toml
 
@@ -159,12 +160,13 @@ def _precision_args(p: Plan) -> list[str]:
 def _parallel_args(m: TransformerSpec, p: Plan) -> list[str]:
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--micro-batch-size {p.micro_batch}", f"--global-batch-size {p.global_batch}"]
-    chunks = p.pp * p.vpp
+    vpp = p.vpp if p.schedule == Schedule.INTERLEAVED else 1    # Megatron: no ZB-V / DualPipe
+    chunks = p.pp * vpp
     if m.n_layers % chunks:
         a.append(f"--pipeline-model-parallel-layout {pipeline_layout(m.n_layers, chunks)}")
-        if p.vpp > 1:
-            a.append(f"--num-virtual-stages-per-pipeline-rank {p.vpp}")
-    elif p.vpp > 1:
+        if vpp > 1:
+            a.append(f"--num-virtual-stages-per-pipeline-rank {vpp}")
+    elif vpp > 1:
         a.append(f"--num-layers-per-virtual-pipeline-stage {m.n_layers // chunks}")
     if p.cp > 1:
         a.append(f"--context-parallel-size {p.cp}")
@@ -219,6 +221,11 @@ def _notes(model: TransformerSpec, plan: Plan) -> list[str]:
         n.append("Megatron's distributed optimizer shards optimizer states and gradients (ZeRO-2)")
     if plan.zero_stage == 3:
         n.append("ZeRO-3 in Megatron-LM: Megatron-FSDP (--use-megatron-fsdp, optim_grads_params)")
+    if plan.schedule in SPLIT_BACKWARD:
+        n.append(f"the plan was simulated with --schedule {plan.schedule.value}; Megatron-LM has "
+                 "no flag for it (ZB-H1/ZB-V: the Sea AI Lab fork, github.com/sail-sg/"
+                 "zero-bubble-pipeline-parallelism; DualPipe: github.com/deepseek-ai/DualPipe): "
+                 "these arguments run 1F1B")
     if model.position == Position.ALIBI:
         n.append("ALiBi is not in Megatron-Core: the arguments say no position embedding")
     if model.attn_logit_softcap or model.final_logit_softcap:

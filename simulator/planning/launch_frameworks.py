@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..engine.stage_work import partition_layers
 from ..hardware.specs import Dtype
-from ..parallel.plan import Plan, Recompute
+from ..parallel.plan import Plan, Recompute, Schedule
 from ..workload.presets import PRESETS
 from ..workload.spec import MLP, Norm, Position, TransformerSpec
 
@@ -109,6 +109,22 @@ def _dp_degrees(p: Plan) -> tuple[int, int, str]:
     return 1, p.dp, "default" if p.zero_stage >= 3 else "never"
 
 
+def torch_pipeline(p: Plan) -> tuple[str, int, str, str]:
+    """(``torch.distributed.pipelining`` schedule name, as ``get_schedule_class`` takes it,
+    chunks the model is cut into, this rank's chunk ids (a Python expression in ``pp_rank``,
+    ``pp_size``), a note). torch has ZB-V (``ZBVZeroBubble``, V placement); it has no ZB-H1
+    and no DualPipe (its ``DualPipeV`` is the cut-in-half V variant on pp/2 ranks), for
+    which 1F1B is emitted and the note says so."""
+    if p.schedule == Schedule.ZB_V:
+        return "ZBVZeroBubble", 2 * p.pp, "[pp_rank, 2 * pp_size - 1 - pp_rank]", ""
+    if p.schedule in (Schedule.ZB_H1, Schedule.DUALPIPE):
+        return ("1F1B", p.pp, "list(range(pp_rank, {c}, pp_size))",
+                f"# the plan was simulated with {p.schedule.value}, which torch.distributed."
+                "pipelining does not provide: 1F1B here")
+    return ("Interleaved1F1B" if p.vpp > 1 else "1F1B", p.pp * p.vpp,
+            "list(range(pp_rank, {c}, pp_size))", "")
+
+
 def torchtitan_toml(m: TransformerSpec, p: Plan) -> str:
     key = _preset_key(m)
     name, flavor = TORCHTITAN_MODELS.get(key or "", (m.name, "custom"))
@@ -135,11 +151,11 @@ def torchtitan_toml(m: TransformerSpec, p: Plan) -> str:
     if p.ep > 1 and p.tp > 1:            # experts sliced over TP too, as simulated (ETP = TP)
         lines.append(f"expert_tensor_parallel_degree = {p.tp}")
     if p.pp > 1:
-        sched = "Interleaved1F1B" if p.vpp > 1 else "1F1B"
-        lines += [f'pipeline_parallel_schedule = "{sched}"',
-                  f"pipeline_parallel_microbatch_size = {p.micro_batch}"]
-        if m.n_layers % (p.pp * p.vpp) == 0:
-            lines.append(f"pipeline_parallel_layers_per_stage = {m.n_layers // (p.pp * p.vpp)}")
+        sched, chunks, _, note = torch_pipeline(p)
+        lines += ([note] if note else []) + [f'pipeline_parallel_schedule = "{sched}"',
+                                             f"pipeline_parallel_microbatch_size = {p.micro_batch}"]
+        if m.n_layers % chunks == 0:
+            lines.append(f"pipeline_parallel_layers_per_stage = {m.n_layers // chunks}")
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[p.recompute]
     lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
     if p.recompute == Recompute.SELECTIVE:
@@ -164,8 +180,8 @@ def _mesh(p: Plan) -> tuple[list[str], list[int]]:
 
 def fsdp_sketch(m: TransformerSpec, p: Plan) -> str:
     names, sizes = _mesh(p)
-    chunks = p.pp * p.vpp
-    sched = "ScheduleInterleaved1F1B" if p.vpp > 1 else "Schedule1F1B"
+    name, chunks, ids, note = torch_pipeline(p)
+    sched = f"Schedule{name}"
     reshard = p.zero_stage >= 3
     L = [f"# torch >= 2.6 sketch of the plan: {' x '.join(f'{n}={s}' for n, s in zip(names, sizes))}"
          f" ({m.n_layers} blocks, {chunks} pipeline chunk(s))",
@@ -185,9 +201,10 @@ def fsdp_sketch(m: TransformerSpec, p: Plan) -> str:
           f"mp = MixedPrecisionPolicy(param_dtype=torch.{_dtype_name(p)}, reduce_dtype=torch.float32)",
           "model = build_model()       # your module: .layers (blocks), .embed, .head",
           f"# pipeline: {chunks} chunks of layers (the simulated split); this rank holds "
-          f"chunks pp_rank, pp_rank + {p.pp}, ...",
+          + (f"chunks pp_rank, pp_rank + {p.pp}, ..." if p.schedule != Schedule.ZB_V
+             else "chunks pp_rank and 2 pp_size - 1 - pp_rank (a V)"),
           f"bounds = {_bounds(m.n_layers, chunks)}",
-          f"chunk_ids = list(range(pp_rank, {chunks}, pp_size))",
+          f"chunk_ids = {ids.format(c=chunks)}",
           "stages = []",
           "for c in chunk_ids:",
           "    part = build_chunk(model, range(bounds[c], bounds[c + 1]),",
@@ -199,8 +216,8 @@ def fsdp_sketch(m: TransformerSpec, p: Plan) -> str:
           f"    stages.append(PipelineStage(part, c, {chunks}, torch.device('cuda')))",
           f"n_micro = {p.global_batch // (p.micro_batch * p.dp)}   # micro-batches of {p.micro_batch} x "
           f"{m.seq_len} tokens per step",
-          f"schedule = {sched}({'stages' if p.vpp > 1 else 'stages[0]'}, n_microbatches=n_micro, "
-          "loss_fn=loss_fn)",
+          f"schedule = {sched}({'stages' if chunks > p.pp else 'stages[0]'}, n_microbatches=n_micro, "
+          "loss_fn=loss_fn)" + (f"   {note}" if note else ""),
           "# each step: schedule.step(inputs) on the first stage, schedule.step(target=labels) on the last"]
     return "\n".join(L) + "\n"
 

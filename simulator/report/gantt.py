@@ -16,7 +16,8 @@ from .figure import pyplot as _plt
 from .figure import save as _save
 from .trace import _track_name, _track_rank
 
-COLORS = {"fwd": "tab:blue", "bwd": "tab:green", "pp_send": "tab:purple",
+COLORS = {"fwd": "tab:blue", "bwd": "tab:green", "bwd_input": "tab:green",
+          "bwd_weight": "tab:brown", "pp_send": "tab:purple",
           "dp_comm": "tab:orange", "optimizer": "tab:red", "interference": "tab:gray",
           "collective": "tab:orange"}
 GROUP_COLORS = {"tp": "tab:cyan", "cp": "tab:olive", "ep": "tab:pink", "dp": "tab:orange",
@@ -53,6 +54,8 @@ def _gantt(ax, rows, scale: float, unit: str) -> None:
     handles = [Patch(color=c, label=k) for k, c in
                (("forward", "tab:blue"), ("backward", "tab:green"), ("pipeline send", "tab:purple"),
                 ("optimizer", "tab:red"), ("interference", "tab:gray"))]
+    if any(r.get("kind") == "bwd_weight" for recs in rows.values() for r in recs):
+        handles.insert(2, Patch(color=COLORS["bwd_weight"], label="weight gradient (W)"))
     handles += [Patch(color=c, label=f"{g} collective")
                 for g, c in GROUP_COLORS.items() if any(k[2] == f"comm {g}" for k in keys)]
     ax.legend(handles=handles, fontsize=7, ncol=min(6, len(handles)), loc="upper center",

@@ -32,6 +32,7 @@ from ..hardware.specs import ClusterSpec, Dtype
 from ..memory.accounting import StageMemory, live_chunk_counts, stage_memory
 from ..memory.chunk import chunk_memory
 from ..parallel.plan import AttentionImpl, Plan, Recompute, Schedule, validate
+from ..parallel.schedule import chunk_parts
 from ..workload.ops import LayerShape
 from ..workload.spec import TransformerSpec
 
@@ -220,9 +221,9 @@ def enumerate_space(model: TransformerSpec, cluster: ClusterSpec, global_batch: 
 # ---- fast memory estimate -------------------------------------------------------------------
 def _stage_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, parts: list[list[int]],
                   s: int) -> StageMemory:
-    C = plan.pp * plan.vpp
+    C, placed = chunk_parts(plan.schedule, plan.pp, plan.vpp)
     chunks = [chunk_memory(model, plan, sh, parts[g], g == 0, g == C - 1)
-              for g in range(s, C, plan.pp)]
+              for g in placed[s]]
     return stage_memory(s, chunks, plan)
 
 
@@ -241,13 +242,13 @@ def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
     """``max(estimate_stage_memory(...))`` computed once per distinct stage content: stages
     holding the same layer counts differ only in how many micro-batches are in flight, and
     the one holding the most (for every chunk) has the highest peak."""
-    C = plan.pp * plan.vpp
+    C, placed = chunk_parts(plan.schedule, plan.pp, plan.vpp)
     parts = partition_layers(model.n_layers, C)
     groups: dict[tuple, list[tuple[int, tuple]]] = {}
     for s in range(plan.pp):
         sig = tuple((len(parts[g]), sum(map(model.is_moe_layer, parts[g])),
                      sum(map(model.is_local_layer, parts[g])), g == 0, g == C - 1)
-                    for g in range(s, C, plan.pp))
+                    for g in placed[s])
         live = _live(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
         kept = groups.setdefault(sig, [])
         if not any(_covers(k, live) for _, k in kept):

@@ -63,6 +63,7 @@ class Op:
     mem_kind: str = ""                       # bandwidth-bound family: norm, softmax, elementwise, copy
     causal: bool = False                     # attention: causal mask (m, n, k = s_q, s_k, head_dim)
     grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
+    has_weights: bool = True                 # GEMM: one operand is a weight (False: attention's QK, AV)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,8 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape, window: int = 0) -> l
     sh16 = replace(sh, dtype=dt)
     # Q, K, V (the inputs of the recomputable core) are charged to the qkv GEMM's output.
     # Materialized attention forms every score, local layers too (the window is a mask).
-    ops.append(_gemm("qk", s_q, s_k, d_qk, sh16, batch=batch, recomputed=True))
+    ops.append(replace(_gemm("qk", s_q, s_k, d_qk, sh16, batch=batch, recomputed=True),
+                       has_weights=False))
     # softmax keeps its output; with dropout, the dropout keeps its 1-byte mask and AV
     # keeps the dropped-out probabilities (without dropout AV reuses the softmax output)
     ops.append(_mem("softmax", scores, scores, sh, saved=scores * ab, recomputed=True,
@@ -297,7 +299,8 @@ def core_attention_ops(m: TransformerSpec, sh: LayerShape, window: int = 0) -> l
     if sh.dropout:
         ops.append(_mem("attn_dropout", scores, scores * 1.5, sh, saved=scores * 1.0,
                         recomputed=True))
-    av = _gemm("av", s_q, d_v, s_k, sh16, batch=batch, recomputed=True)
+    av = replace(_gemm("av", s_q, d_v, s_k, sh16, batch=batch, recomputed=True),
+                 has_weights=False)
     ops.append(replace(av, saved_bytes=scores * ab) if sh.dropout else av)
     return ops
 
@@ -557,7 +560,7 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
     for op in reversed(fwd):
         if op.kind == OpKind.GEMM:
             dgrad = replace(op, name=op.name + "_dgrad", m=op.m, n=op.k, k=op.n, saved_bytes=0)
-            wgrad = replace(op, name=op.name + "_wgrad", m=op.k, n=op.n, k=op.m, saved_bytes=0)
+            wgrad = replace(op, name=op.name + WEIGHT_GRAD_SUFFIX, m=op.k, n=op.n, k=op.m, saved_bytes=0)
             out += [dgrad, wgrad]
         elif op.kind == OpKind.ATTENTION:
             out.append(replace(op, name=op.name + "_bwd", flops=2.5 * op.flops,
@@ -569,6 +572,16 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
         else:
             out.append(_conjugate(op))
     return [o for o in out if o is not None]
+
+
+WEIGHT_GRAD_SUFFIX = "_wgrad"
+
+
+def weight_grad_ops(bwd: list[Op]) -> list[Op]:
+    """The weight-gradient GEMMs of a backward op list (``backward_ops``): what a
+    zero-bubble schedule's W pass runs; the rest of the backward is its B pass."""
+    return [op for op in bwd if op.kind == OpKind.GEMM and op.has_weights
+            and op.name.endswith(WEIGHT_GRAD_SUFFIX)]
 
 
 _CONJ = {Collective.ALL_GATHER: Collective.REDUCE_SCATTER,

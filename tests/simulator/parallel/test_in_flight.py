@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 from simulator.parallel.in_flight import live_chunk_counts, walked_live_chunk_counts
 from simulator.parallel.plan import Schedule
 
+# the schedules with a formula; split-backward ones (ZB-H1, ZB-V, DualPipe) are the walk
+# itself (their own counts: tests/simulator/engine/test_zero_bubble.py)
+FORMULA = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+
 
 @st.composite
 def _cases(draw):
-    schedule = draw(st.sampled_from(list(Schedule)))
+    schedule = draw(st.sampled_from(FORMULA))
     pp = draw(st.integers(1, 12))
     vpp = draw(st.integers(1, 5))
     m = draw(st.integers(1, 6)) * pp if schedule == Schedule.INTERLEAVED \
@@ -32,7 +36,7 @@ def test_formula_matches_the_walked_schedule(case):
 def test_formula_matches_the_walk_on_large_pipelines():
     for pp, vpp, m in ((64, 1, 512), (16, 12, 96), (8, 3, 96), (64, 4, 128), (32, 2, 4096)):
         for s in sorted({0, 1, pp // 2, pp - 1}):
-            for sched in Schedule:
+            for sched in FORMULA:
                 args = (sched, s, pp, m, vpp)
                 assert live_chunk_counts.__wrapped__(*args) == walked_live_chunk_counts(*args)
 

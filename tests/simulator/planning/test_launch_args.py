@@ -269,3 +269,26 @@ def test_fsdp2_sketch_imports_exist_in_torch():
             mod = importlib.import_module(node.module)
             for alias in node.names:
                 assert hasattr(mod, alias.name), f"{node.module}.{alias.name}"
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-v", "dualpipe"])
+def test_split_backward_schedules_launch_what_the_frameworks_have(schedule):
+    """torch.distributed.pipelining has ZB-V (``ZBVZeroBubble``, resolved by torch's own
+    ``get_schedule_class`` where torch is installed); ZB-H1 and DualPipe have no torch or
+    Megatron-LM flag: 1F1B is emitted and a note says so; never Megatron's interleaving."""
+    m = resolve_model("llama3-8b")
+    la = launch_args(m, Plan(tp=2, pp=4, dp=1, global_batch=16, schedule=schedule), 8, 8)
+    assert not any("virtual" in a for a in la.megatron)
+    cfg = tomllib.loads(la.torchtitan)
+    name = cfg["parallelism"]["pipeline_parallel_schedule"]
+    assert name == ("ZBVZeroBubble" if schedule == "zb-v" else "1F1B")
+    assert cfg["parallelism"]["pipeline_parallel_layers_per_stage"] == \
+        m.n_layers // (8 if schedule == "zb-v" else 4)
+    if schedule != "zb-v":
+        assert schedule in la.torchtitan and any(schedule in n for n in la.notes)
+    else:
+        assert "chunk_ids = [pp_rank, 2 * pp_size - 1 - pp_rank]" in la.fsdp_sketch
+    ast.parse(la.fsdp_sketch)
+    torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    assert torch_schedules.get_schedule_class(name).__name__ == f"Schedule{name}"
+    assert f"Schedule{name}" in la.fsdp_sketch
