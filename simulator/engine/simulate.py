@@ -137,18 +137,28 @@ def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: 
 
 
 def _attribute_gap(eng: Engine, t: Task, gap: float, parts: dict) -> None:
-    dep = eng.tasks[t.critical_dep] if t.critical_dep >= 0 else None
-    kind = dep.meta.get("kind") if dep else None
-    if kind == "pp_send":
-        pp = min(gap, dep.end_s - dep.start_s)
-        parts["pp"] += pp
-        parts["bubble"] += gap - pp
-    elif kind == "dp_comm":
-        parts["dp"] += gap
-    elif kind == "host":
-        parts["host"] += gap
-    else:
-        parts["bubble"] += gap
+    """Name what the compute stream waited ``gap`` seconds for before ``t``: the task that
+    released ``t`` last. A host issue task counts as host time only from its own start to
+    the moment it released ``t`` (the device waits for the first op of a pass, not the
+    whole issue); if it started late itself (it waited for a pipeline hand-off, say), the
+    rest of the gap goes to what it waited for, followed back along the host stream."""
+    while gap > 0:
+        dep = eng.tasks[t.critical_dep] if t.critical_dep >= 0 else None
+        kind = dep.meta.get("kind") if dep else None
+        if kind == "pp_send":
+            pp = min(gap, dep.end_s - dep.start_s)
+            parts["pp"] += pp
+            parts["bubble"] += gap - pp
+        elif kind == "dp_comm":
+            parts["dp"] += gap
+        elif kind in ("host", "host_wait"):
+            own = min(gap, max(0.0, t.start_s - dep.start_s))   # t waited for a fraction
+            parts["host"] += own
+            gap, t = gap - own, dep
+            continue
+        else:
+            parts["bubble"] += gap
+        return
 
 
 # ---- closed form ----------------------------------------------------------------------------
