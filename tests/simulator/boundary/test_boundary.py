@@ -81,3 +81,17 @@ def test_json_depth_and_read_json_limits(tmp_path):
     ok = tmp_path / "ok.json"
     ok.write_text(json.dumps({"a": [1, 2]}))
     assert read_json("cfg", ok, "config") == {"a": [1, 2]}
+
+
+def test_atomic_write_gives_the_permissions_a_plain_write_would(tmp_path):
+    import os
+    import stat
+
+    from simulator.boundary.files import atomic_write_text
+    plain, atomic = tmp_path / "plain.txt", tmp_path / "atomic.txt"
+    plain.write_text("x")
+    atomic_write_text(atomic, "x")
+    assert stat.S_IMODE(atomic.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+    os.chmod(atomic, 0o640)                       # an existing file keeps its mode
+    atomic_write_text(atomic, "y")
+    assert stat.S_IMODE(atomic.stat().st_mode) == 0o640
