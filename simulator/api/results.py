@@ -19,8 +19,20 @@ def _plain(v: Any) -> Any:
     return getattr(v, "value", v)
 
 
+class _Reported:
+    """What both result kinds give: every field as plain data, and the headline metrics."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    def metrics(self) -> dict[str, float | None]:
+        return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "samples_per_s": self.samples_per_s, "mfu": self.mfu,
+                "peak_memory_gb": self.peak_memory_bytes_per_gpu / 1e9}
+
+
 @dataclass(frozen=True)
-class BaselineMetrics:
+class BaselineMetrics(_Reported):
     """A model on one configuration, before any tuning.
 
     ``flops_per_step``: model FLOPs (forward + backward) of one optimizer step over every
@@ -50,17 +62,9 @@ class BaselineMetrics:
     config: TrainingConfig
     breakdown: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
-
-    def metrics(self) -> dict[str, float | None]:
-        return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "samples_per_s": self.samples_per_s, "mfu": self.mfu,
-                "peak_memory_gb": self.peak_memory_bytes_per_gpu / 1e9}
-
 
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(_Reported):
     """One configuration simulated: step time, throughput, memory, and where the time
     goes (``breakdown``, seconds per step by kind)."""
 
@@ -77,11 +81,3 @@ class Prediction:
     breakdown: dict[str, float]
     engine: str
     details: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
-
-    def metrics(self) -> dict[str, float | None]:
-        return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "samples_per_s": self.samples_per_s, "mfu": self.mfu,
-                "peak_memory_gb": self.peak_memory_bytes_per_gpu / 1e9}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from typing import Any
 
 from ..api.catalog import DEFAULT_GPU, resolve_device
@@ -129,15 +128,9 @@ def _ddp_config(a: argparse.Namespace):
 
 
 def _precision_graph(g, precision: str):
-    from ..modules.precision_whatif import MODES, rewrite_op
-    if precision not in MODES:
-        raise InvalidInputError("precision", precision, f"one of {', '.join(MODES)}")
-    if precision == "fp32":
-        return g
-    ops = tuple(rewrite_op(t, precision) for t in g.ops)
-    saved = g.saved_activation_bytes + sum(t.op.saved_bytes for t in ops) - sum(
-        t.op.saved_bytes for t in g.ops)
-    return replace(g, ops=ops, saved_activation_bytes=saved)
+    """The graph in ``precision``, as the Python API's ``analyze_model`` prices it."""
+    from ..api.module_flow import with_precision
+    return with_precision(g, precision)
 
 
 def simulate_module_cli(a: argparse.Namespace) -> int:
