@@ -1,6 +1,7 @@
 """Fast path vs reference path of the event engine on the published runs, through the
 predict path (``complexity predict``): every row predicted twice in one process, once with
-the periodic fast path (``engine.periodic``) and once playing every micro-batch; prints the
+the fast path (the sweep, ``engine.sweep``, and for long plans the periodic plays of
+``engine.periodic``) and once playing every task on the event engine; prints the
 relative difference of the predicted step time per row, the largest one, how many
 simulations the fast path served, and the wall time of both. ``--force`` lowers the fast
 path's thresholds (``MIN_ROUNDS``, ``MIN_PASSES``) to zero, so every simulation long enough
@@ -23,21 +24,21 @@ SIM = importlib.import_module("simulator.engine.simulate")
 
 def _predict_all(rows, fast: bool) -> tuple[list, float, int]:
     served = []
-    real = periodic.periodic_event_step
+    real = SIM._periodic_step
 
     def counted(*a, **k):
         out = real(*a, **k) if fast else None
         served.append(out is not None)
         return out
 
-    SIM.periodic_event_step = counted
+    SIM._periodic_step = counted
     try:
         t0 = time.perf_counter()
         outs = [predict_row(r, cluster_from_row, lambda key: load_profile_for(key, None))
                 for r in rows]
         return outs, time.perf_counter() - t0, sum(served)
     finally:
-        SIM.periodic_event_step = real
+        SIM._periodic_step = real
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
     ap.add_argument("--force", action="store_true", help="fast path wherever it can run")
     args = ap.parse_args()
     if args.force:
-        periodic.MIN_ROUNDS = periodic.MIN_PASSES = 0
+        periodic.MIN_ROUNDS = periodic.MIN_PASSES = SIM.SWEEP_ROUNDS = 0
     rows = read_rows(args.runs)
     fast, t_fast, served = _predict_all(rows, True)
     ref, t_ref, _ = _predict_all(rows, False)

@@ -155,8 +155,7 @@ class _Sim:
                     push(heap, (now, next(seq), _RELEASE, dep, tid))
                 start_stream(now, r)
             elif kind == _READY:
-                if now > ready[tid]:
-                    ready[tid] = now
+                ready[tid] = max(ready[tid], now)
                 r = res[tid]
                 if is_link[r]:
                     self.on_ready(now, tid)
@@ -187,8 +186,7 @@ class _Sim:
                 self.push(start + frac * work, _RELEASE, dep, tid)
 
     def on_ready(self, now: float, tid: int) -> None:
-        if now > self.ready[tid]:
-            self.ready[tid] = now
+        self.ready[tid] = max(self.ready[tid], now)
         r = self.res[tid]
         if not self.is_link[r]:
             self.try_start_stream(now, r)

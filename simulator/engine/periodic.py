@@ -24,8 +24,8 @@ and timelines, are always played in full.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from ..errors import InvalidInputError
 from ..parallel.plan import Plan, validate
@@ -41,6 +41,13 @@ MIN_PASSES = 2048          # ... or below this many passes (pp * vpp * micro-bat
 # step end, critical stage, breakdown parts, busy time, work per engine resource
 Played = tuple[float, int, dict[str, float], float, dict[str, float]]
 Result4 = tuple[float, int, dict[str, float], float]
+
+
+def long_enough(plan: Plan) -> bool:
+    """Whether the plan is long enough for short plays to pay (``MIN_ROUNDS``,
+    ``MIN_PASSES``)."""
+    m = plan.num_microbatches
+    return m >= MIN_ROUNDS * plan.pp and 2 * m * plan.pp * plan.vpp >= MIN_PASSES
 
 
 def period_microbatches(plan: Plan, model, cluster) -> int:
@@ -79,7 +86,7 @@ def periodic_event_step(plan: Plan, model, cluster, play: Callable[[Plan], Playe
     ``MIN_PASSES`` passes, a shortened plan is invalid, or no three plays within the
     plan's own length are affine and saturated."""
     m = plan.num_microbatches
-    if m < MIN_ROUNDS * plan.pp or 2 * m * plan.pp * plan.vpp < MIN_PASSES:
+    if not long_enough(plan):
         return None
     q = period_microbatches(plan, model, cluster)
     if m % q:

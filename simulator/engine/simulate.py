@@ -16,22 +16,23 @@ from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, validate
 from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
 from ..workload.spec import TransformerSpec
-from .events import Engine, Task
+from .breakdown import event_breakdown
+from .events import Engine
 from .host_span import stage_span
-from .network_use import with_link_use
-from .periodic import periodic_event_step
 from .memory_fit import memory_verdict
+from .network_use import with_link_use
+from .periodic import long_enough, periodic_event_step
 from .result import Breakdown, Result, StageReport
-from .timeline import build_timeline
 from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
-    StageTasks,
     bucket_times_s,
     build_tasks,
     chunk_params,
     optimizer_time_s,
     param_gather_time_s,
 )
+from .sweep import sweep_step, tail_costs
+from .timeline import build_timeline
 
 
 def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: Profile,
@@ -39,9 +40,10 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
              periodic: bool = True) -> Result:
     """Predict one optimizer step. Raises ``InvalidInputError`` for an invalid plan.
 
-    ``periodic`` (event engine, no timeline): play a few rounds of the steady state and
-    extend them when the schedule repeats (``engine.periodic``); ``False`` plays every
-    micro-batch (the reference path)."""
+    ``periodic`` (event engine, no timeline): the event engine's answer the fast way: by
+    the sweep where no link is shared (``engine.sweep``), and for long plans from a few
+    rounds of the steady state extended when the schedule repeats (``engine.periodic``);
+    ``False`` plays every task on the event engine (the reference path)."""
     t0 = time.perf_counter()
     if engine not in ("event", "analytic"):
         raise InvalidInputError("engine", engine, "event or analytic")
@@ -76,12 +78,28 @@ def stage_memory(s: int, chunks: list[ChunkWork], plan: Plan, model: Transformer
     return _stage_memory(s, [c.memory for c in chunks], plan)
 
 
+SWEEP_ROUNDS = 16   # below this many rounds of pp micro-batches the sweep plays the whole
+                    # plan: the periodic plays cost ~9 rounds and three replays of the
+                    # critical stage (benchmarks/engine_speed.py measures both)
+
+
 # ---- event engine ---------------------------------------------------------------------------
 def _periodic_step(stages, model, plan, cluster, prof, groups):
-    """The event engine's numbers from short plays (``engine.periodic``), or ``None``."""
+    """The event engine's numbers without playing every task on it, or ``None``: the sweep
+    (``engine.sweep``) where no link is shared, over the whole plan or, for a long one,
+    over the short plays ``engine.periodic`` extends; the event engine plays what the
+    sweep declines."""
+    tails = tail_costs(stages, plan, cluster, prof, groups)
+
     def play(p: Plan):
         work: dict[str, float] = {}
+        swept = sweep_step(stages, model, p, cluster, prof, groups, work, tails)
+        if swept is not None:
+            return swept + (work,)
+        work.clear()
         return _event_step(stages, model, p, cluster, prof, groups, work=work)[:4] + (work,)
+    if plan.num_microbatches < SWEEP_ROUNDS * plan.pp or not long_enough(plan):
+        return sweep_step(stages, model, plan, cluster, prof, groups, tails=tails)
     return periodic_event_step(plan, model, cluster, play)
 
 
@@ -96,69 +114,9 @@ def _event_step(stages, model, plan, cluster, prof, groups, memory=None, work=No
             work[t.resource] = work.get(t.resource, 0.0) + t.work_s
     ends = [eng.tasks[s.tail].end_s for s in st]
     crit = max(range(len(st)), key=lambda i: (ends[i], -i))
-    bd, busy = _event_breakdown(eng, st, stages, crit, ends[crit])
+    bd, busy = event_breakdown(eng.tasks, st[crit], stages[crit], ends[crit])
     timeline = build_timeline(eng, stages, memory, plan, cluster, groups) if memory else []
     return ends[crit], crit, bd, busy, timeline
-
-
-def _event_breakdown(eng: Engine, st: list[StageTasks], stages, crit: int, end: float):
-    s = st[crit]
-    comp = [t for t in eng.tasks if t.resource == s.compute]
-    parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0, "pp": 0.0,
-             "bubble": 0.0, "optimizer": 0.0, "interference": 0.0, "host": 0.0}
-    by_tid = {tid: u for u, tid in s.units.items()}
-    prev_end = 0.0
-    for t in comp:
-        gap = t.start_s - prev_end
-        if gap > 0:
-            _attribute_gap(eng, t, gap, parts)
-        prev_end = t.end_s
-        if t.tid == s.optimizer:
-            parts["optimizer"] += t.work_s
-            continue
-        if t.meta.get("kind") == "interference":
-            parts["interference"] += t.work_s
-            continue
-        if t.meta.get("kind") == "pp_send":
-            parts["pp"] += t.work_s
-            continue
-        if t.meta.get("kind") in ("host", "host_wait"):
-            parts["host"] += t.work_s
-            continue
-        u = by_tid[t.tid]
-        pc = stages[crit][u.chunk].pass_cost(u)
-        parts["compute"] += pc.compute_s
-        parts["interference"] += pc.interference_s
-        for g, v in pc.comm_s.items():
-            parts[g] = parts.get(g, 0.0) + v
-    parts["dp"] += max(0.0, end - prev_end)          # exposed param all-gather after optimizer
-    busy = sum(t.work_s for t in comp)
-    return parts, busy
-
-
-def _attribute_gap(eng: Engine, t: Task, gap: float, parts: dict) -> None:
-    """Name what the compute stream waited ``gap`` seconds for before ``t``: the task that
-    released ``t`` last. A host issue task counts as host time only from its own start to
-    the moment it released ``t`` (the device waits for the first op of a pass, not the
-    whole issue); if it started late itself (it waited for a pipeline hand-off, say), the
-    rest of the gap goes to what it waited for, followed back along the host stream."""
-    while gap > 0:
-        dep = eng.tasks[t.critical_dep] if t.critical_dep >= 0 else None
-        kind = dep.meta.get("kind") if dep else None
-        if kind == "pp_send":
-            pp = min(gap, dep.end_s - dep.start_s)
-            parts["pp"] += pp
-            parts["bubble"] += gap - pp
-        elif kind == "dp_comm":
-            parts["dp"] += gap
-        elif kind in ("host", "host_wait"):
-            own = min(gap, max(0.0, t.start_s - dep.start_s))   # t waited for a fraction
-            parts["host"] += own
-            gap, t = gap - own, dep
-            continue
-        else:
-            parts["bubble"] += gap
-        return
 
 
 # ---- closed form ----------------------------------------------------------------------------

@@ -309,7 +309,8 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
             prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev,
                                   last_b[ch.chunk])
     deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
-    t_int = _dp_interference_s(eng, last_b, chunks, plan, prof, groups)
+    t_int = dp_interference_s({c: eng.tasks[tid].work_s for c, tid in last_b.items()}, chunks,
+                              plan, prof, groups)
     if t_int > 0:
         stage.last_unit = eng.add("interference (dp overlap)", stage.compute, t_int,
                                   [(stage.last_unit, 1.0)], stage=s, kind="interference")
@@ -324,15 +325,16 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         stage.dp_tasks.append(stage.tail)
 
 
-def _dp_interference_s(eng: Engine, last_backward: dict[int, int], chunks: list[ChunkWork],
-                       plan: Plan, prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
+                      prof: Profile, groups: dict[str, GroupPlacement]) -> float:
     """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
-    per chunk the overlap is the shorter of its reduction and its last backward pass."""
+    per chunk the overlap is the shorter of its reduction and its last backward pass
+    (``last_backward_s``: seconds of that pass, by chunk)."""
     if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
         return 0.0
     total = 0.0
     for ch in chunks:
-        last_b = eng.tasks[last_backward[ch.chunk]].work_s
+        last_b = last_backward_s[ch.chunk]
         total += interference_s(min(sum(bucket_times_s(ch, plan, groups, prof)), last_b), prof)
     return total
 

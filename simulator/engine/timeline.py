@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..cost.layer import group_links
+from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit
-from ..hardware.specs import ClusterSpec
 from .events import Engine, Task
 from .stage_work import ChunkWork
 

@@ -15,7 +15,7 @@ from .units import Part, Unit
 from .zero_bubble import dualpipe, v_path, zb_h1, zb_v_orders
 
 __all__ = ["SPLIT_BACKWARD", "Part", "Unit", "chunk_parts", "chunk_share", "closed_form_bubble_s",
-           "sends_downstream", "splits_backward",
+           "pass_order", "sends_downstream", "splits_backward",
            "stage_order", "upstream"]
 
 SPLIT_BACKWARD = (Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE)
@@ -56,16 +56,27 @@ def closed_form_bubble_s(schedule: Schedule, pp: int, f_s: float, b_s: float,
 
 def stage_order(schedule: Schedule, stage: int, pp: int, m: int, vpp: int = 1) -> list[Unit]:
     """Order in which ``stage`` runs its passes."""
-    if schedule == Schedule.GPIPE:
-        return _gpipe(m, vpp)
-    if schedule == Schedule.INTERLEAVED and vpp > 1:
-        return _interleaved(stage, pp, m, vpp)
+    plain = pass_order(schedule, stage, pp, m, vpp)
+    if plain is not None:
+        return [Unit(f, mb, c) for f, mb, c in plain]
     if schedule == Schedule.ZB_H1:
         return zb_h1(stage, pp, m)
     if schedule == Schedule.ZB_V:
         return list(zb_v_orders(pp, m)[stage])
-    if schedule == Schedule.DUALPIPE:
-        return dualpipe(stage, pp, m)
+    return dualpipe(stage, pp, m)
+
+
+def pass_order(schedule: Schedule, stage: int, pp: int, m: int, vpp: int = 1
+               ) -> list[tuple[bool, int, int]] | None:
+    """``stage_order`` as plain ``(fwd, micro-batch, chunk)`` tuples (whole passes only) for
+    the schedules without split backward (GPipe, 1F1B, interleaved 1F1B); ``None`` for the
+    others. The engines' fast paths walk these instead of ``Unit`` objects."""
+    if schedule == Schedule.GPIPE:
+        return _gpipe(m, vpp)
+    if schedule == Schedule.INTERLEAVED and vpp > 1:
+        return _interleaved(stage, pp, m, vpp)
+    if schedule in SPLIT_BACKWARD:
+        return None
     return _one_f_one_b(stage, pp, m)
 
 
@@ -94,32 +105,32 @@ def _path(schedule: Schedule, pp: int, vpp: int, chunk: int) -> tuple[tuple[tupl
     return path, {sc: i for i, sc in enumerate(path)}
 
 
-def _gpipe(m: int, vpp: int) -> list[Unit]:
-    fwd = [Unit(True, mb, c) for c in range(vpp) for mb in range(m)]
-    bwd = [Unit(False, mb, c) for c in reversed(range(vpp)) for mb in range(m)]
+def _gpipe(m: int, vpp: int) -> list[tuple[bool, int, int]]:
+    fwd = [(True, mb, c) for c in range(vpp) for mb in range(m)]
+    bwd = [(False, mb, c) for c in reversed(range(vpp)) for mb in range(m)]
     return fwd + bwd
 
 
-def _one_f_one_b(stage: int, pp: int, m: int) -> list[Unit]:
+def _one_f_one_b(stage: int, pp: int, m: int) -> list[tuple[bool, int, int]]:
     warm = min(pp - stage - 1, m)
-    order = [Unit(True, mb, 0) for mb in range(warm)]
+    order = [(True, mb, 0) for mb in range(warm)]
     for i in range(m - warm):
-        order.append(Unit(True, warm + i, 0))
-        order.append(Unit(False, i, 0))
-    order += [Unit(False, mb, 0) for mb in range(m - warm, m)]
+        order.append((True, warm + i, 0))
+        order.append((False, i, 0))
+    order += [(False, mb, 0) for mb in range(m - warm, m)]
     return order
 
 
-def _interleaved_unit(k: int, pp: int, vpp: int, fwd: bool) -> Unit:
-    """k-th forward (or backward) unit of Megatron's interleaved schedule."""
+def _interleaved_unit(k: int, pp: int, vpp: int, fwd: bool) -> tuple[bool, int, int]:
+    """k-th forward (or backward) pass of Megatron's interleaved schedule."""
     group, within = divmod(k, pp * vpp)
     chunk = within // pp
     if not fwd:
         chunk = vpp - 1 - chunk
-    return Unit(fwd, group * pp + within % pp, chunk)
+    return fwd, group * pp + within % pp, chunk
 
 
-def _interleaved(stage: int, pp: int, m: int, vpp: int) -> list[Unit]:
+def _interleaved(stage: int, pp: int, m: int, vpp: int) -> list[tuple[bool, int, int]]:
     total = m * vpp
     warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
     order = [_interleaved_unit(k, pp, vpp, True) for k in range(warm)]

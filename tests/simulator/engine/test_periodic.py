@@ -34,8 +34,10 @@ REL = 1e-3
 
 @pytest.fixture(autouse=True)
 def _every_plan_long_enough(monkeypatch):
-    """Small plans take the fast path too (the thresholds only save time)."""
+    """Small plans take the periodic path too (the thresholds only save time), rather than
+    one sweep of the whole plan (``simulate.SWEEP_ROUNDS``)."""
     monkeypatch.setattr(periodic, "MIN_PASSES", 0)
+    monkeypatch.setattr(importlib.import_module("simulator.engine.simulate"), "SWEEP_ROUNDS", 0)
 
 
 def _numbers(r) -> dict[str, float]:
