@@ -14,12 +14,13 @@ A synchronous host (a CPU device) runs each pass's ``H`` and then its ``G`` on o
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..cost.host import lead_layers
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
-from ..parallel.schedule import stage_order
+from ..parallel.schedule import iter_pass_order, stage_order
 from .stage_work import ChunkWork
 
 
@@ -34,31 +35,54 @@ class StageSpan:
 
 
 def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -> StageSpan:
-    order = stage_order(plan.schedule, stage, plan.pp, plan.num_microbatches, plan.vpp)
-    host = prof.host
-    sync = host is not None and host.synchronous
-    lead = lead_layers(plan.host_mechanisms)
-    h = d = busy = on_stream = 0.0
+    m, host = plan.num_microbatches, prof.host
+    plain = iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp)
+    if plain is not None:          # (device s, host s, ops, layers) by pass kind: a tuple each;
+        kinds = {(f, ch.chunk): _numbers(ch.fwd if f else ch.bwd, ch)   # each kind runs
+                 for ch in chunks for f in (True, False)}                # m times a step
+        passes: Iterable = (kinds[(f, c)] for f, _, c in plain)
+        g_total = m * sum(k[0] for k in kinds.values())
+        h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
+    else:
+        order = stage_order(plan.schedule, stage, plan.pp, m, plan.vpp)
+        passes = [_numbers(chunks[u.chunk].pass_cost(u), chunks[u.chunk]) for u in order]
+        g_total = sum(p[0] for p in passes)
+        h_total = sum(max(0.0, p[1]) for p in passes)
+    if host is None:
+        return StageSpan(g_total, g_total, 0.0)
+    if host.synchronous:
+        return StageSpan(g_total + h_total, g_total, h_total)
+    return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total)
+
+
+def _numbers(pc, ch: ChunkWork) -> tuple[float, float, float, int]:
+    return pc.total_s, pc.host_s, min(1.0, 1.0 / max(1.0, pc.host_ops)), len(ch.layers)
+
+
+def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float) -> StageSpan:
+    """The recursion of the module doc, over ``passes`` (``g_total`` / ``h_total``: their
+    device and host seconds). With a host that runs ahead without limit (``lead < 0``),
+    once the device trails the host by at least all the host time still to come it can
+    never wait for the host again, and the rest of the span is the device's remaining work:
+    the walk stops there (a GPU host issuing faster than the device runs stops within a
+    few passes, whatever the number of micro-batches)."""
+    h = d = g_done = h_done = 0.0
     prev: tuple[float, float, int] | None = None        # device start, duration, layers
-    for u in order:
-        ch = chunks[u.chunk]
-        pc = ch.pass_cost(u)
-        g, hh = pc.total_s, pc.host_s
-        busy += g
-        if host is None or hh <= 0:
-            prev = (d, g, len(ch.layers))
+    for g, hh, first, layers in passes:
+        if lead < 0 and d - h >= h_total - h_done:
+            return StageSpan(d + (g_total - g_done), g_total, 0.0)
+        g_done += g
+        if hh <= 0:
+            prev = (d, g, layers)
             d += g
             continue
-        if sync:
-            on_stream += hh
-            d = (d + hh) + g
-            continue
+        h_done += hh
         hs = h
         if prev is not None and lead >= 0:
             frac = max(0.0, 1.0 - lead / max(1, prev[2]))
             hs = max(hs, prev[0] + frac * prev[1])
         he = hs + hh
-        ds = max(d, hs + min(1.0, 1.0 / max(1.0, pc.host_ops)) * hh)
-        prev = (ds, g, len(ch.layers))
+        ds = max(d, hs + first * hh)
+        prev = (ds, g, layers)
         d, h = max(ds + g, he), he
-    return StageSpan(d, busy, on_stream)
+    return StageSpan(d, g_total, 0.0)

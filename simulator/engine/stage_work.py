@@ -174,11 +174,18 @@ def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof:
     cache = _LayerCache(model, plan, cluster, prof, groups)
     sh = cache.sh
     stages: list[list[ChunkWork]] = [[] for _ in range(plan.pp)]
+    alike: dict[tuple, ChunkWork] = {}      # chunks of the same layer-kind runs cost the same
     for c in range(plan.vpp):
         for s in range(plan.pp):
             g = placed[s][c]
-            stages[s].append(_chunk(model, plan, cluster, prof, groups, cache, sh, s, c,
-                                    parts[g], first=(g == 0), last=(g == C - 1)))
+            key = (tuple((k, len(list(r))) for k, r in groupby(parts[g], key=model.layer_kind)),
+                   g == 0, g == C - 1)
+            if key in alike:                # its passes are shared, read-only from here on
+                stages[s].append(replace(alike[key], stage=s, chunk=c, layers=list(parts[g])))
+                continue
+            alike[key] = _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, parts[g],
+                                first=(g == 0), last=(g == C - 1))
+            stages[s].append(alike[key])
     return stages
 
 

@@ -82,11 +82,19 @@ def chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: lis
     ``last``: the output layer and the loss). Cached by what it depends on, the count of
     each layer kind (not which layers): a search asks for the same chunk when it prunes,
     ranks, confirms and spreads the coefficients of one plan, and stages hold alike chunks."""
+    return _chunk_memory(model, plan, sh, layer_kind_counts(model, tuple(layers)), first, last)
+
+
+@lru_cache(maxsize=65536)
+def layer_kind_counts(model: TransformerSpec, layers: tuple[int, ...]
+                      ) -> tuple[tuple[tuple[bool, bool], int], ...]:
+    """How many of ``layers`` are of each kind (``TransformerSpec.layer_kind``), sorted by
+    kind: all a chunk's memory depends on, besides the plan."""
     kinds: dict[tuple[bool, bool], int] = {}
     for i in layers:
         k = model.layer_kind(i)
         kinds[k] = kinds.get(k, 0) + 1
-    return _chunk_memory(model, plan, sh, tuple(sorted(kinds.items())), first, last)
+    return tuple(sorted(kinds.items()))
 
 
 @lru_cache(maxsize=65536)

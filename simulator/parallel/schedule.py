@@ -8,6 +8,7 @@ Megatron's interleaving, ZB-V's V, DualPipe's two mirrored copies
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
 
 from .plan import Schedule
@@ -15,7 +16,7 @@ from .units import Part, Unit
 from .zero_bubble import dualpipe, v_path, zb_h1, zb_v_orders
 
 __all__ = ["SPLIT_BACKWARD", "Part", "Unit", "chunk_parts", "chunk_share", "closed_form_bubble_s",
-           "pass_order", "sends_downstream", "splits_backward",
+           "iter_pass_order", "pass_order", "sends_downstream", "splits_backward",
            "stage_order", "upstream"]
 
 SPLIT_BACKWARD = (Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE)
@@ -71,6 +72,13 @@ def pass_order(schedule: Schedule, stage: int, pp: int, m: int, vpp: int = 1
     """``stage_order`` as plain ``(fwd, micro-batch, chunk)`` tuples (whole passes only) for
     the schedules without split backward (GPipe, 1F1B, interleaved 1F1B); ``None`` for the
     others. The engines' fast paths walk these instead of ``Unit`` objects."""
+    order = iter_pass_order(schedule, stage, pp, m, vpp)
+    return None if order is None else list(order)
+
+
+def iter_pass_order(schedule: Schedule, stage: int, pp: int, m: int, vpp: int = 1
+                    ) -> Iterator[tuple[bool, int, int]] | None:
+    """``pass_order`` one pass at a time (for a walk that may stop early)."""
     if schedule == Schedule.GPIPE:
         return _gpipe(m, vpp)
     if schedule == Schedule.INTERLEAVED and vpp > 1:
@@ -80,6 +88,7 @@ def pass_order(schedule: Schedule, stage: int, pp: int, m: int, vpp: int = 1
     return _one_f_one_b(stage, pp, m)
 
 
+@lru_cache(maxsize=4096)
 def chunk_parts(schedule: Schedule, pp: int, vpp: int) -> tuple[int, tuple[tuple[int, ...], ...]]:
     """(number of contiguous layer parts the model is cut into, the part each chunk of each
     stage holds): part ``c*pp + s`` for Megatron's placement, ``s`` and ``2pp-1-s`` for
@@ -105,20 +114,24 @@ def _path(schedule: Schedule, pp: int, vpp: int, chunk: int) -> tuple[tuple[tupl
     return path, {sc: i for i, sc in enumerate(path)}
 
 
-def _gpipe(m: int, vpp: int) -> list[tuple[bool, int, int]]:
-    fwd = [(True, mb, c) for c in range(vpp) for mb in range(m)]
-    bwd = [(False, mb, c) for c in reversed(range(vpp)) for mb in range(m)]
-    return fwd + bwd
+def _gpipe(m: int, vpp: int) -> Iterator[tuple[bool, int, int]]:
+    for c in range(vpp):
+        for mb in range(m):
+            yield True, mb, c
+    for c in reversed(range(vpp)):
+        for mb in range(m):
+            yield False, mb, c
 
 
-def _one_f_one_b(stage: int, pp: int, m: int) -> list[tuple[bool, int, int]]:
+def _one_f_one_b(stage: int, pp: int, m: int) -> Iterator[tuple[bool, int, int]]:
     warm = min(pp - stage - 1, m)
-    order = [(True, mb, 0) for mb in range(warm)]
+    for mb in range(warm):
+        yield True, mb, 0
     for i in range(m - warm):
-        order.append((True, warm + i, 0))
-        order.append((False, i, 0))
-    order += [(False, mb, 0) for mb in range(m - warm, m)]
-    return order
+        yield True, warm + i, 0
+        yield False, i, 0
+    for mb in range(m - warm, m):
+        yield False, mb, 0
 
 
 def _interleaved_unit(k: int, pp: int, vpp: int, fwd: bool) -> tuple[bool, int, int]:
@@ -130,15 +143,16 @@ def _interleaved_unit(k: int, pp: int, vpp: int, fwd: bool) -> tuple[bool, int, 
     return fwd, group * pp + within % pp, chunk
 
 
-def _interleaved(stage: int, pp: int, m: int, vpp: int) -> list[tuple[bool, int, int]]:
+def _interleaved(stage: int, pp: int, m: int, vpp: int) -> Iterator[tuple[bool, int, int]]:
     total = m * vpp
     warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
-    order = [_interleaved_unit(k, pp, vpp, True) for k in range(warm)]
+    for k in range(warm):
+        yield _interleaved_unit(k, pp, vpp, True)
     for i in range(total - warm):
-        order.append(_interleaved_unit(warm + i, pp, vpp, True))
-        order.append(_interleaved_unit(i, pp, vpp, False))
-    order += [_interleaved_unit(k, pp, vpp, False) for k in range(total - warm, total)]
-    return order
+        yield _interleaved_unit(warm + i, pp, vpp, True)
+        yield _interleaved_unit(i, pp, vpp, False)
+    for k in range(total - warm, total):
+        yield _interleaved_unit(k, pp, vpp, False)
 
 
 def upstream(unit: Unit, stage: int, pp: int, vpp: int,

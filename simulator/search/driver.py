@@ -38,6 +38,7 @@ from .executor import (
     Engine,
     EvalContext,
     ExecutorKind,
+    default_workers,
     make_batches,
     make_executor,
 )
@@ -55,7 +56,7 @@ from .risk import (
     RISK_POOL,
     indistinguishable_from_best,
     pessimistic_tokens_per_s,
-    step_interval,
+    step_intervals,
 )
 from .store import ResultStore, inputs_fingerprint, inputs_record
 
@@ -423,7 +424,7 @@ def search(contexts: Sequence[EvalContext], options: SearchOptions | None = None
     analytic = run.evaluate(items, Engine.ANALYTIC, "rank (analytic engine)")
     scored = _score_ok(analytic, contexts, options, rejected)
     confirmed = _confirm(run, scored, contexts, options, rejected)
-    ranked = _final_ranking(confirmed, scored, contexts, options)
+    ranked = _final_ranking(confirmed, scored, contexts, options, _local_workers(options))
     simulated = {Engine.ANALYTIC.value: len(analytic), Engine.EVENT.value: len(confirmed)}
     return SearchReport(objective=options.objective, ranked=tuple(ranked), rejected=dict(rejected),
                         generated=generated, simulated=simulated, resumed=run.resumed,
@@ -431,6 +432,14 @@ def search(contexts: Sequence[EvalContext], options: SearchOptions | None = None
                         targets=tuple(_target_dict(c) for c in contexts),
                         space_rules=tuple(options.space.rules()),
                         records=tuple(r for _, _, r in analytic), tokens=options.tokens)
+
+
+def _local_workers(options: SearchOptions) -> int:
+    """Processes for the intervals of the ranked plans: the local executor's workers (one
+    with Ray: its cluster is not ours to fork)."""
+    if ExecutorKind(options.executor) != ExecutorKind.LOCAL:
+        return 1
+    return options.workers or default_workers()
 
 
 def _score_ok(evaluated, contexts, options, rejected: Counter) -> list[tuple[float, int, Plan, dict]]:
@@ -468,9 +477,10 @@ def _confirm(run: _Run, scored, contexts, options, rejected: Counter):
     return confirmed
 
 
-def _final_ranking(confirmed, scored, contexts, options) -> list[RankedPlan]:
-    """Confirmed plans first, then the best analytic ones; with intervals on each. A
-    risk-averse objective re-ranks the best ``RISK_POOL`` by their P90."""
+def _final_ranking(confirmed, scored, contexts, options, workers: int = 1) -> list[RankedPlan]:
+    """Confirmed plans first, then the best analytic ones; with intervals on each (over
+    ``workers`` local processes). A risk-averse objective re-ranks the best ``RISK_POOL``
+    by their P90."""
     seen = {(i, p) for _, i, p, _ in confirmed}
     rest = [t for t in scored if (t[1], t[2]) not in seen]
     risk = options.objective.risk_averse
@@ -479,8 +489,9 @@ def _final_ranking(confirmed, scored, contexts, options) -> list[RankedPlan]:
     ranked = [_ranked(rec, contexts[i], plan, options, k + 1)
               for k, (_, i, plan, rec) in enumerate(ordered)]
     if options.intervals or risk:
-        ranked = [replace(r, step_time_interval=step_interval(contexts[i], r.plan, r.step_time_s))
-                  for r, (_, i, _, _) in zip(ranked, ordered)]
+        ivs = step_intervals([(contexts[i], r.plan, r.step_time_s)
+                              for r, (_, i, _, _) in zip(ranked, ordered)], workers)
+        ranked = [replace(r, step_time_interval=iv) for r, iv in zip(ranked, ivs)]
     if risk:
         ranked = [replace(r, score=_risk_score(r, contexts[i], options))
                   for r, (_, i, _, _) in zip(ranked, ordered)]

@@ -175,6 +175,22 @@ class LocalExecutor:
         pool.shutdown(wait=True)
 
 
+def parallel_map(fn, args: Sequence[Any], workers: int) -> list[Any]:
+    """``[fn(a) for a in args]`` over a forked pool of ``workers`` processes (``fn``: a
+    module-level function; inline for one worker or one item, or where fork is missing)."""
+    if workers <= 1 or len(args) < 2 or "fork" not in mp.get_all_start_methods():
+        return [fn(a) for a in args]
+    pool = ProcessPoolExecutor(min(workers, len(args)), mp_context=mp.get_context("fork"),
+                               initializer=_init_pool_worker, initargs=((),))
+    try:
+        out = list(pool.map(fn, args))
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+    return out
+
+
 def stop_pool(pool: ProcessPoolExecutor) -> None:
     """End a pool now: drop queued work and terminate its workers (running batches are
     abandoned; their results were not needed), then reap them so none is left behind."""

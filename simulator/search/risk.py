@@ -16,7 +16,7 @@ conservative verdict between plans of one search; it is the fitting one across G
 from __future__ import annotations
 
 from ..uncertainty.interval import Interval, distinguishable, estimate_uncertainty
-from .executor import EvalContext
+from .executor import EvalContext, parallel_map
 
 RISK_POOL = 20
 
@@ -24,6 +24,16 @@ RISK_POOL = 20
 def step_interval(ctx: EvalContext, plan, step_time_s: float) -> Interval:
     u = estimate_uncertainty(ctx.model, plan, ctx.cluster, ctx.profile)
     return u.interval(step_time_s)
+
+
+def _interval_job(job: tuple[EvalContext, object, float]) -> Interval:
+    return step_interval(*job)
+
+
+def step_intervals(jobs: list[tuple[EvalContext, object, float]], workers: int) -> list[Interval]:
+    """``step_interval`` of each (context, plan, step seconds), over ``workers`` processes
+    (each costs a dozen extra analytic simulations: ``uncertainty.coefficients``)."""
+    return parallel_map(_interval_job, jobs, workers)
 
 
 def pessimistic_tokens_per_s(tokens_per_s: float, iv: Interval) -> float:

@@ -30,7 +30,7 @@ from ..engine.stage_work import layer_shape, partition_layers
 from ..errors import InvalidInputError
 from ..hardware.specs import ClusterSpec, Dtype
 from ..memory.accounting import StageMemory, live_chunk_counts, stage_memory
-from ..memory.chunk import chunk_memory
+from ..memory.chunk import chunk_memory, layer_kind_counts
 from ..parallel.plan import AttentionImpl, Plan, Recompute, Schedule, validate
 from ..parallel.schedule import chunk_parts
 from ..workload.ops import LayerShape
@@ -246,8 +246,7 @@ def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
     parts = partition_layers(model.n_layers, C)
     groups: dict[tuple, list[tuple[int, tuple]]] = {}
     for s in range(plan.pp):
-        sig = tuple((len(parts[g]), sum(map(model.is_moe_layer, parts[g])),
-                     sum(map(model.is_local_layer, parts[g])), g == 0, g == C - 1)
+        sig = tuple((layer_kind_counts(model, tuple(parts[g])), g == 0, g == C - 1)
                     for g in placed[s])
         live = _live(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
         kept = groups.setdefault(sig, [])
