@@ -3,10 +3,10 @@ priced by the flow-level network model; and the fabric flags every cluster comma
 from __future__ import annotations
 
 import argparse
-import json
 import re
 
 from ..api.catalog import load_profile_for, make_cluster
+from ..boundary import json_out
 from ..errors import InvalidInputError
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
@@ -115,7 +115,7 @@ def run_collective(a: argparse.Namespace) -> int:
         out = rows[0] if len(rows) == 1 else {"op": a.op, "fabric": desc, "rows": rows}
         if len(rows) == 1:
             out["fabric"] = desc
-        print(json.dumps(out, indent=2, sort_keys=True))
+        print(json_out.dumps(out, indent=2, sort_keys=True))
         return 0
     print(_table(costs, cluster, desc))
     return 0

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..api.catalog import cluster_from_row, load_profile_for, make_cluster
+from ..boundary import json_out
 from ..engine.simulate import simulate
 from ..errors import InvalidInputError
 from ..frameworks import framework_memory
@@ -195,7 +195,7 @@ def run_simulate(a: argparse.Namespace) -> int:
                    assumptions=assumptions(model, plan, cluster, prof))
         if unc is not None:
             out.update(unc.result_fields(res), uncertainty=unc.to_dict())
-        print(json.dumps(out, indent=2, sort_keys=True))
+        print(json_out.dumps(out, indent=2, sort_keys=True))
     else:
         print(format_result_table(res, model, plan, cluster, prof))
         if unc is not None:

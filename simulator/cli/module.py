@@ -9,11 +9,11 @@ allocated); a model that cannot be traced fails with one line naming the op or c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ..api.catalog import DEFAULT_GPU, resolve_device
+from ..boundary import json_out
 from ..errors import InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec, GPUSpec
@@ -64,7 +64,7 @@ def _ddp_args(p: argparse.ArgumentParser) -> None:
 
 
 def _print(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    print(json_out.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 # ---- analyze -------------------------------------------------------------------------------------

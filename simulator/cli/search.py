@@ -6,7 +6,6 @@ the library modules take a catalog as an argument).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -14,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..api.catalog import HardwareDbCatalog
+from ..boundary import json_out
 from ..boundary.limits import MAX_BATCH, MAX_GPUS
 from ..errors import InfeasiblePlanError, InvalidInputError
 from ..hardware.profile import Profile
@@ -36,6 +36,12 @@ from ..search.space import SearchSpace
 from ..workload import resolve_model
 from ..workload.spec import TransformerSpec
 from .commands import plan_from_args
+from .fabric_choices import (
+    add_fabric_alternatives,
+    fabric_choices,
+    fabric_rows,
+    format_fabric_rows,
+)
 from .format import (
     format_bottleneck,
     format_compare,
@@ -44,7 +50,6 @@ from .format import (
     format_search,
     format_sensitivity,
 )
-from .fabric_choices import add_fabric_alternatives, fabric_choices, fabric_rows, format_fabric_rows
 from .registry import command
 from .workflow import add_window_args, run_window_sweep
 
@@ -182,7 +187,7 @@ def _catalog(a: argparse.Namespace, nic_gbps: float | None = None) -> HardwareDb
 
 
 def _emit_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
+    print(json_out.dumps(obj, indent=2, sort_keys=True, default=_json_default))
 
 
 def _json_default(o):

@@ -4,14 +4,20 @@ before it)."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from ..api.ledger import ExperimentLedger
 from ..api.transformer_flow import model_flops_per_token
+from ..boundary import json_out
 from ..errors import InfeasiblePlanError, InvalidInputError
 from ..planning.capacity import HardwareChoice
-from ..planning.window import SCALING_LAWS, WindowOverheads, WindowSweep, size_ladder, sweep_sizes
+from ..planning.window import (
+    SCALING_LAWS,
+    WindowOverheads,
+    WindowSweep,
+    size_ladder,
+    sweep_sizes,
+)
 from ..search.driver import SearchOptions
 from ..workload import resolve_model
 from ..workload.spec import TransformerSpec
@@ -96,7 +102,7 @@ def _describe_args(p: argparse.ArgumentParser) -> None:
 
 def run_describe(a: argparse.Namespace) -> int:
     d = describe_model(resolve_model(a.model, a.seq_len))
-    print(json.dumps(d, indent=2, sort_keys=True) if a.json else format_description(d))
+    print(json_out.dumps(d, indent=2, sort_keys=True) if a.json else format_description(d))
     return 0
 
 
@@ -115,7 +121,7 @@ def run_ledger(a: argparse.Namespace) -> int:
         raise InvalidInputError("directory", a.directory, "a ledger directory with part-*.parquet files")
     cmp = led.compare()
     if a.json:
-        print(json.dumps({"entries": [{k: r[k] for k in ("entry_id", "method", "model", "gpu",
+        print(json_out.dumps({"entries": [{k: r[k] for k in ("entry_id", "method", "model", "gpu",
                                                          "n_gpus", "step_time_s")} for r in rows],
                           "comparisons": [c.to_dict() for c in cmp]},
                          indent=2, sort_keys=True, default=str))
@@ -169,7 +175,7 @@ def run_window_sweep(a: argparse.Namespace, catalog, opts: SearchOptions,
     sw = sweep_sizes(models, a.window_min * 60.0, choice, batches, catalog, opts,
                      SCALING_LAWS[a.scaling_law], over, a.window_objective)
     if a.json:
-        print(json.dumps(sw.to_dict(), indent=2, sort_keys=True, default=str))
+        print(json_out.dumps(sw.to_dict(), indent=2, sort_keys=True, default=str))
     else:
         print(format_window_sweep(sw))
     if sw.best is None:

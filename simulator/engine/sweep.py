@@ -109,16 +109,20 @@ def tail_costs(stages: list[list[ChunkWork]], plan: Plan, cluster: ClusterSpec, 
                groups: dict[str, GroupPlacement]) -> list[TailCosts]:
     """Each stage's ``TailCosts``, priced as ``step._dp_and_optimizer`` prices them (the
     interference from each chunk's backward pass, which every micro-batch repeats)."""
-    out = []
-    for chunks in stages:
-        dense, expert = chunk_params(chunks)
-        out.append(TailCosts(
-            link_of(dp_reduce_costs(dense, expert, plan, groups, prof)),
-            {ch.chunk: bucket_times_s(ch, plan, groups, prof) for ch in chunks},
-            dp_interference_s({ch.chunk: ch.bwd.total_s for ch in chunks}, chunks, plan, prof,
-                              groups),
-            optimizer_time_s(chunks, plan, cluster, prof),
-            param_gather_time_s(dense, expert, plan, groups, prof)))
+    out: list[TailCosts] = []
+    alike: dict[tuple, TailCosts] = {}       # stages whose chunks hold the same parameters
+    for chunks in stages:                    # and backward time have the same tail
+        key = tuple((ch.chunk, ch.params, ch.dense_params, ch.bwd.total_s) for ch in chunks)
+        if key not in alike:
+            dense, expert = chunk_params(chunks)
+            alike[key] = TailCosts(
+                link_of(dp_reduce_costs(dense, expert, plan, groups, prof)),
+                {ch.chunk: bucket_times_s(ch, plan, groups, prof) for ch in chunks},
+                dp_interference_s({ch.chunk: ch.bwd.total_s for ch in chunks}, chunks, plan,
+                                  prof, groups),
+                optimizer_time_s(chunks, plan, cluster, prof),
+                param_gather_time_s(dense, expert, plan, groups, prof))
+        out.append(alike[key])
     return out
 
 
