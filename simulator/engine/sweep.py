@@ -273,7 +273,8 @@ def _pass(st: _Stage, x: _Plan, k: int, up: float, cross: bool, rec: _Recorder |
     if rec is not None:
         rec.host(hs, hh, hdep, xdep, on_stream=False)
         rec.unit(ds, g, up, r)
-        rec.issued(max(ds + g, he))
+        if he > ds + g or x.p2p_sync:    # a marker at the pass's end adds nothing and
+            rec.issued(max(ds + g, he))  # nothing waits on it (but a synced host)
     return max(ds + g, he), ds
 
 
