@@ -14,6 +14,7 @@ A synchronous host (a CPU device) runs each pass's ``H`` and then its ``G`` on o
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,33 +44,42 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
         passes: Iterable = (kinds[(f, c)] for f, _, c in plain)
         g_total = m * sum(k[0] for k in kinds.values())
         h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
+        each = list(kinds.values())
     else:
         order = stage_order(plan.schedule, stage, plan.pp, m, plan.vpp)
         passes = [_numbers(chunks[u.chunk].pass_cost(u), chunks[u.chunk]) for u in order]
         g_total = sum(p[0] for p in passes)
         h_total = sum(max(0.0, p[1]) for p in passes)
+        each = passes
     if host is None:
         return StageSpan(g_total, g_total, 0.0)
     if host.synchronous:
         return StageSpan(g_total + h_total, g_total, h_total)
-    return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total)
+    # a lead the device can never lose: every pass runs at least as long as it takes to
+    # issue, and the lead covers the longest issue (inf: some pass issues slower than it runs)
+    safe = max((p[1] for p in each), default=0.0) if all(p[0] >= p[1] for p in each) else math.inf
+    return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total, safe)
 
 
 def _numbers(pc, ch: ChunkWork) -> tuple[float, float, float, int]:
     return pc.total_s, pc.host_s, min(1.0, 1.0 / max(1.0, pc.host_ops)), len(ch.layers)
 
 
-def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float) -> StageSpan:
+def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
+                  safe_lead_s: float = math.inf) -> StageSpan:
     """The recursion of the module doc, over ``passes`` (``g_total`` / ``h_total``: their
-    device and host seconds). With a host that runs ahead without limit (``lead < 0``),
-    once the device trails the host by at least all the host time still to come it can
-    never wait for the host again, and the rest of the span is the device's remaining work:
-    the walk stops there (a GPU host issuing faster than the device runs stops within a
-    few passes, whatever the number of micro-batches)."""
+    device and host seconds). With a host that runs ahead without limit (``lead < 0``) the
+    device waits for pass ``k`` only if it trails the host by less than ``k``'s issue time
+    (or by less than the pass's issue time minus its run time). So once the device trails
+    by ``safe_lead_s`` (the longest issue, where every pass runs at least as long as it
+    takes to issue: the trail never shrinks) or by all the host time still to come, it
+    never waits again, and the rest of the span is the device's remaining work: the walk
+    stops there (a GPU host issuing faster than the device runs stops within a few passes,
+    whatever the number of micro-batches)."""
     h = d = g_done = h_done = 0.0
     prev: tuple[float, float, int] | None = None        # device start, duration, layers
     for g, hh, first, layers in passes:
-        if lead < 0 and d - h >= h_total - h_done:
+        if lead < 0 and (d - h >= safe_lead_s or d - h >= h_total - h_done):
             return StageSpan(d + (g_total - g_done), g_total, 0.0)
         g_done += g
         if hh <= 0:
