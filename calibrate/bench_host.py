@@ -112,6 +112,35 @@ def _decoder_fns(layers: int):
     return (lambda: model(tokens, targets)), bwd, torch
 
 
+def time_step_parts(trials: int = TRIALS, repeats: int = REPEATS) -> dict[int, dict[str, float]]:
+    """Per-call host CPU time (fastest trial, as ``time_interleaved``) of the two per-step
+    calls outside forward and backward, ``optimizer.step()`` (``torch_model.make_optimizer``,
+    the optimizer validate-run trains with) and ``zero_grad(set_to_none=True)``, on each
+    decoder probe, keyed by its layers: their costs that do not grow with the layers are
+    the per-step fixed host time (``calibrate.cpu_host.step_overhead``)."""
+    from .torch_model import build_model, make_optimizer, synthetic_batch
+    probes = {}
+    for n in HOST_LAYERS:
+        spec = probe_spec(n)
+        model = build_model(spec)
+        tokens, targets = synthetic_batch(spec, 1)
+        probes[n] = (model, make_optimizer(model.parameters())[0], tokens, targets)
+    best = {n: {"opt": float("inf"), "zero": float("inf")} for n in HOST_LAYERS}
+    for _ in range(trials):
+        for n, (model, opt, tokens, targets) in probes.items():
+            so = sz = 0.0
+            for _ in range(repeats):
+                model(tokens, targets).backward()
+                t0 = time.thread_time()
+                opt.step()
+                t1 = time.thread_time()
+                opt.zero_grad(set_to_none=True)
+                so, sz = so + t1 - t0, sz + time.thread_time() - t1
+            best[n]["opt"] = min(best[n]["opt"], so / repeats)
+            best[n]["zero"] = min(best[n]["zero"], sz / repeats)
+    return best
+
+
 def _linear_fns():
     import torch
     lin = torch.nn.Linear(HOST_SHAPE["hidden"], HOST_SHAPE["hidden"], bias=False)
@@ -148,6 +177,12 @@ def bench_host(out: Path, env: Mapping[str, str], plan: Plan, quiet: bool = Fals
                         "kind": name.rstrip("0123456789"), "layers": layers, "pass": pas,
                         "threads": used, "graph_ops": ops, "aten_kernel_ops_fwd": aten,
                         "min_s": lo}, s, suspect=bad)
+            for layers, parts in time_step_parts().items():
+                for pas, lo in parts.items():
+                    store.add(f"decoder{layers}:t{used}:{pas}", {
+                        "kind": "decoder", "layers": layers, "pass": pas, "threads": used,
+                        "graph_ops": 0, "aten_kernel_ops_fwd": 0, "min_s": lo},
+                        stats_of([lo], 0.0), suspect=bad)
             prog.step(f"probes:t{used}", st)
     return store.path
 

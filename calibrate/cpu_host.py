@@ -38,7 +38,7 @@ def host_model(rows: Sequence[Mapping[str, Any]], threads: int, dirty: bool) -> 
     us = per_op_us(rows, threads)
     sel = [r for r in rows if int(r["threads"]) == threads]
     aten = {int(r["layers"]): int(r["aten_kernel_ops_fwd"]) for r in sel
-            if r["kind"] == "decoder"}
+            if r["kind"] == "decoder" and r["pass"] == "fwd"}
     lo, hi = HOST_LAYERS
     src = (f"fit to measurements/host.parquet ({len(sel)} points at {threads} thread(s), "
            f"fastest of 40 trials, thread CPU time): tiny decoders (calibrate.torch_model, hidden 32, seq 8) "
@@ -52,6 +52,52 @@ def host_model(rows: Sequence[Mapping[str, Any]], threads: int, dirty: bool) -> 
                       "(autograd engine); " + src)
     h = HostModel(op_fwd_us=fwd, op_bwd_us=bwd, synchronous=True)
     return mark(h) if dirty else h
+
+
+def step_overhead(rows: Sequence[Mapping[str, Any]], threads: int, host: HostModel
+                  ) -> Coefficient | None:
+    """Host time of one training step that does not grow with the layers and that the op
+    graph does not price: the decoder probes' intercepts (1-layer time less one layer's
+    worth, from the 1- vs 5-layer difference) of the forward, backward, ``optimizer.step()``
+    and ``zero_grad`` calls, less what ``host`` charges for the probe's ops outside its
+    layers (embedding, final norm, logits, loss: ``cost.host.eager_host_us``'s count). It
+    is Python, module calls, autograd graph set-up and teardown, the loss call and the
+    optimizer's and zero_grad's Python around their kernels. ``None`` where the probe did
+    not time the optimizer (older ``host.parquet``)."""
+    from .bench_host import HOST_LAYERS, probe_spec
+    sel = {(int(r["layers"]), r["pass"]): r for r in rows
+           if int(r["threads"]) == threads and r["kind"] == "decoder"}
+    lo, hi = HOST_LAYERS
+    if (lo, "opt") not in sel or (hi, "opt") not in sel:
+        return None
+
+    def t(layers: int, pas: str) -> float:
+        r = sel[(layers, pas)]
+        return r.get("min_s") or r.get("p10_s") or r["median_s"]
+    icept = {pas: t(lo, pas) - lo * (t(hi, pas) - t(lo, pas)) / (hi - lo)
+             for pas in ("fwd", "bwd", "opt", "zero")}
+    priced_f, priced_b = _probe_head_ops(probe_spec(lo))
+    priced = (priced_f * host.op_fwd_us.value + priced_b * host.op_bwd_us.value) * 1e-6
+    total = max(0.0, sum(icept.values()) - priced)
+    parts = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in icept.items())
+    return Coefficient(round(total, 7), "s", (
+        f"measured: decoder probe intercepts at {threads} thread(s) (thread CPU time, "
+        f"fastest of 40 trials; {lo}- vs {hi}-layer hidden-32 decoders, "
+        f"measurements/host.parquet): {parts} us, less {priced * 1e6:.1f} us the host model "
+        f"charges for the probe's {priced_f} forward and {priced_b} backward op-graph ops "
+        f"outside its layers. Charged once per step: with gradient accumulation the "
+        f"forward and backward calls' share recurs per micro-batch and is under-counted"))
+
+
+def _probe_head_ops(spec) -> tuple[int, int]:
+    """(forward, backward) op-graph ops outside the layers of the probe decoder (the
+    count ``cost.host.eager_host_us`` charges)."""
+    from simulator.cost.host import op_count
+    from simulator.workload.ops import LayerShape, backward_ops, embedding_ops, head_ops
+    sh = LayerShape(micro_batch=1, seq_len=spec.seq_len, dtype="fp32", flash=True,
+                    attention_kernel="flash", dropout=False)
+    extra = embedding_ops(spec, sh) + head_ops(spec, sh)
+    return sum(op_count(o) for o in extra), sum(op_count(o) for o in backward_ops(extra))
 
 
 def _graph(sel, hi: int, lo: int, pas: str) -> str:

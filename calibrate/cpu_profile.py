@@ -29,7 +29,7 @@ from simulator.hardware.profile import (
 from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 from simulator.network.collectives import Collective
 
-from .cpu_host import host_launch, host_model, load_host_rows
+from .cpu_host import host_launch, host_model, load_host_rows, step_overhead
 from .discover import DeviceInfo, discover_cpu
 from .fit import (
     AttnPoint,
@@ -399,14 +399,16 @@ def fit_profiles(out_dir: Path, info: DeviceInfo | None = None,
             else f"profile_{threads}thread.json"
         fits = {**cf.fits, **comm_fits}
         gemm, memory, host, hnote = cf.gemm, cf.memory, None, ""
+        overhead = Coefficient(0.0, "s", "assumed: per-step overhead not measured")
         if hsel is not None and any(int(r["threads"]) == threads for r in hsel.rows):
             host = host_model(hsel.rows, threads, threads in hsel.contaminated_threads)
             gemm, memory, hnote = host_launch(gemm, memory)
+            overhead = step_overhead(hsel.rows, threads, host) or overhead
         out[name] = Profile(
             name=f"{info.key}-measured-{threads}t", device_key=info.key, gemm=gemm,
             memory=memory, attention=cf.attention, links=links, host=host,
             overlap_slowdown=overlap,
-            step_overhead_s=Coefficient(0.0, "s", "assumed: per-step overhead not measured"),
+            step_overhead_s=overhead,
             fingerprint={**env, "threads": str(threads), "builder": "calibrate.cpu_profile",
                          **({"failed_benchmarks": ",".join(m.failed)} if m.failed else {})},
             notes=_notes(fits, threads) + _extra_notes(m, threads, comm_fits.get("host_link"))

@@ -111,6 +111,16 @@ def synthetic_batch(spec: TransformerSpec, micro_batch: int, seed: int = 0) -> t
     return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
 
+def make_optimizer(params: Any, lr: float = 1e-4) -> tuple[Any, str]:
+    """The training runs' optimizer (validate-run, the host probe): AdamW with the fused
+    kernel where this torch has one; (optimizer, its name)."""
+    import torch
+    try:
+        return torch.optim.AdamW(params, lr=lr, fused=True), "AdamW(fused=True)"
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(params, lr=lr), "AdamW(default)"
+
+
 def param_count(model: Any) -> int:
     """Distinct parameters (a tied weight counts once)."""
     return sum(p.numel() for p in model.parameters())

@@ -227,11 +227,8 @@ def predict(rs: RunSpec, prof: Profile):
 
 # ---- measurement -----------------------------------------------------------------------------
 def _optimizer(params):
-    import torch
-    try:
-        return torch.optim.AdamW(params, lr=LR, fused=True), "AdamW(fused=True)"
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(params, lr=LR), "AdamW(default)"
+    from .torch_model import make_optimizer
+    return make_optimizer(params, LR)
 
 
 def _step_fn(rs: RunSpec, rank: int, ddp: bool):

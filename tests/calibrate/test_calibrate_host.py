@@ -85,8 +85,13 @@ def test_host_probe_measures_both_passes(tmp_path: Path):
     assert {("decoder", "fwd"), ("decoder", "bwd"), ("linear", "fwd")} <= kinds
     assert all(r["median_s"] > 0 for r in rows if not (r["kind"] == "linear"
                                                       and r["pass"] == "bwd"))
-    big = [r for r in rows if r["kind"] == "decoder" and r["layers"] == HOST_LAYERS[1]]
+    big = [r for r in rows if r["kind"] == "decoder" and r["layers"] == HOST_LAYERS[1]
+           and r["pass"] in ("fwd", "bwd")]
     assert all(r["aten_kernel_ops_fwd"] > r["graph_ops"] / 2 for r in big)
+    step = {(r["layers"], r["pass"]): r["min_s"] for r in rows if r["pass"] in ("opt", "zero")}
+    assert set(step) == {(n, p) for n in HOST_LAYERS for p in ("opt", "zero")}
+    assert all(v > 0 for v in step.values())
+    assert step[(HOST_LAYERS[1], "opt")] > step[(HOST_LAYERS[0], "opt")]   # more tensors
 
 
 def _csv(name: str) -> list[dict]:
@@ -126,3 +131,28 @@ def test_a_memory_kernel_with_few_clean_points_keeps_all_of_them(tmp_path: Path)
     assert sum(r["kernel"] == "copy" for r in sel.rows) == 5
     assert sum(r["kernel"] == "gelu" for r in sel.rows) == 5
     assert sel.contaminated_threads == frozenset({2})
+
+
+def test_step_overhead_is_the_probes_unpriced_intercept():
+    """Synthetic probe rows with known per-op costs and a known fixed cost per call: the
+    fitted step overhead is the sum of the four calls' intercepts less what the host model
+    charges for the probe's ops outside its layers; without optimizer rows it is not
+    measured (None)."""
+    from calibrate.bench_host import probe_spec
+    from calibrate.cpu_host import _probe_head_ops, host_model, step_overhead
+    fwd_us, bwd_us, fixed_us = 12.0, 15.0, 300.0
+    rows = _host_rows(fwd_us, bwd_us, fixed_us)
+    host = host_model(rows, 2, False)
+    assert step_overhead(rows, 2, host) is None
+    for n in HOST_LAYERS:                          # opt: 100 us + 20 us/layer; zero: 10 us
+        for pas, t in (("opt", 100.0 + 20.0 * n), ("zero", 10.0)):
+            rows.append({"point": f"decoder{n}:t2:{pas}", "kind": "decoder", "layers": n,
+                         "pass": pas, "threads": 2, "graph_ops": 0, "aten_kernel_ops_fwd": 0,
+                         "median_s": t * 1e-6, "p10_s": t * 1e-6})
+    again = host_model(rows, 2, False)             # the new rows leave the per-op fit alone
+    assert (again.op_fwd_us.value, again.op_bwd_us.value) == (host.op_fwd_us.value, host.op_bwd_us.value)
+    hf, hb = _probe_head_ops(probe_spec(HOST_LAYERS[0]))
+    want = (2 * fixed_us + 100.0 + 10.0 - hf * fwd_us - hb * bwd_us) * 1e-6
+    got = step_overhead(rows, 2, host)
+    assert got.value == pytest.approx(max(0.0, want), abs=1e-9)
+    assert want > 0 and got.source.startswith("measured: decoder probe intercepts")
