@@ -415,7 +415,8 @@ def fit_profiles(out_dir: Path, info: DeviceInfo | None = None,
             + hnote,
             device=build_device(info, cf, threads, env["date"]),
             node=build_node(info, bw, max(1, info.cores) if links else 1))
-    return out
+    # no reference profile to fall back on: a fitted value out of range is refused here
+    return {name: prof.validate() for name, prof in out.items()}
 
 
 def per_kernel_bandwidth(rows: Sequence[Mapping[str, Any]], threads: int) -> dict[str, float]:

@@ -11,7 +11,8 @@ attention ``fwd_eff`` / ``bwd_eff`` per dtype against the dtype's dense peak (ba
 (fwd+bwd - fwd) time at 2.5x the forward FLOPs, the op graph's convention; cuDNN kernels
 under ``flash3:<dtype>``). Links and overlap: ``calibrate.gpu_links``. What was not
 measured (a dtype whose kernels could not run, links one node cannot reach) is transferred
-from the reference profile and its source says so.
+from the reference profile and its source says so; so is a fitted value outside its
+physical range (``calibrate.profile_range``), its source giving the value not used.
 
 Provenance: every measured coefficient's source starts with "measured on <host>, <date>,
 driver <version>, SM clock <median> MHz (<range>)"; the fingerprint keeps the raw facts.
@@ -54,6 +55,7 @@ from .gpu_links import (
     transferred_links,
 )
 from .hygiene import assumed_overlap, mark
+from .profile_range import keep_in_range
 
 GPU_FINGERPRINT_KEYS = ("device", "gpu_key", "gpu_name", "gpus", "sm_count", "host", "driver",
                         "cuda", "nccl", "torch_version", "date", "git_revision", "python")
@@ -300,7 +302,12 @@ def fit_gpu_profiles(out_dir: Path, strict: bool = False) -> dict[str, Profile]:
                         else {})},
         notes=_notes(prov, fits, notes + cnotes, gpus), device=gpu, node=None,
         host=_host(ref))
-    return {"profile.json": prof}
+    prof, rejected = keep_in_range(prof, ref, "not informed by this calibration",
+                                   f"the reference profile {ref.name!r}")
+    if rejected:
+        prof = replace(prof, notes=f"{prof.notes} Fitted out of range, not used (reference "
+                       "value kept): " + "; ".join(f"{k} {v}" for k, v in rejected.items()))
+    return {"profile.json": prof.validate()}
 
 
 def _host(ref: Profile) -> HostModel | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from simulator.hardware.profile import Profile
+from simulator.hardware.profile_schema import check_numbers
 
 VALUE_SIG = 6
 ERROR_SIG = 2
@@ -85,13 +86,18 @@ def round_numbers(obj: Any) -> Any:
 
 
 def profile_json(prof: Profile) -> str:
-    """The deterministic text of a profile (sorted keys, rounded numbers)."""
-    return json.dumps(round_numbers(prof.to_dict()), indent=2, sort_keys=True) + "\n"
+    """The deterministic text of a profile (sorted keys, rounded numbers), after the range
+    checks ``Profile.read_json`` applies (``ProfileError`` naming the first bad number's
+    path): text that a reader would refuse is never produced."""
+    data = round_numbers(prof.to_dict())
+    check_numbers(data)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def write_profile(prof: Profile, path: Path) -> None:
     """Write atomically (temporary file, then rename): an interrupted write leaves the old
-    file or none, never half a profile."""
+    file or none, never half a profile; a profile out of range (``profile_json``) leaves
+    no file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(profile_json(prof))

@@ -30,8 +30,8 @@ from . import reference_links as L
 from . import reference_network as N
 from .csvrows import Row, cite, load_rows, select
 from .profile_io import write_profile
-from .reference_data import ATTENTION, LAUNCH_SRC, LAUNCH_US
 from .reference_attention import AttentionRefs, attention_curves, build_attention_refs
+from .reference_data import ATTENTION, LAUNCH_SRC, LAUNCH_US
 from .reference_gemm import GemmRefs, build_refs, gemm_for
 from .reference_host import host_for
 
@@ -172,7 +172,7 @@ def build_profile(key: str, kern: Sequence[Row], coll: Sequence[Row],
             "measurements) and datasheets; coefficients say 'assumed' or 'transferred' where "
             "no row exists for this GPU.", NOTES.get(key, "")])),
         network=N.network_for(key, coll, net))
-    return prof, {**refs.fits, **attn.fits, **fits, "nvls_tree_latency": net.fit}
+    return prof.validate(), {**refs.fits, **attn.fits, **fits, "nvls_tree_latency": net.fit}
 
 
 def build_all(out_dir: Path = PROFILE_DIR) -> dict[str, tuple[Profile, dict]]:

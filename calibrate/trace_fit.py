@@ -24,6 +24,8 @@ What each coefficient is fitted from (every one says so in its ``source``):
   and while a collective ran.
 
 Everything else keeps the base profile's value, its source prefixed "not informed by trace".
+So does a fitted value outside its physical range (the checks of a profile read from JSON;
+``calibrate.profile_range``), its source then also giving the fitted value that was not used.
 """
 from __future__ import annotations
 

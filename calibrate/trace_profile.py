@@ -28,6 +28,7 @@ from simulator.parallel.plan import Plan
 from simulator.workload.spec import TransformerSpec
 
 from .profile_io import write_profile
+from .profile_range import keep_in_range
 from .trace_fit import (
     HOST_FOLDED_KEY,
     HOST_GEMM_FOLDED_KEY,
@@ -42,7 +43,6 @@ from .trace_fit import (
     inputs,
 )
 from .trace_import import KinetoTrace, load_trace
-
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,13 @@ def assemble(trace: KinetoTrace, base: Base, out: Fitted, mem_bw: float, steps_n
     prof = replace(prof, name=f"{p.device_key if not new else 'cpu'}-from-trace",
                    device_key=dev.key if dev else p.device_key, fingerprint=fp, notes=notes,
                    device=dev, node=node)
-    return prof, informed, kept[1] if kept else ()
+    prof, rejected = keep_in_range(prof, p, f"not informed by trace {name}",
+                                   base.name or "the assumed values of a trace without a base")
+    if rejected:
+        out.notes.append("fitted out of range, not used (base value kept): "
+                         + "; ".join(f"{k} {v}" for k, v in rejected.items()))
+        prof = replace(prof, notes=f"{prof.notes} {out.notes[-1]}.")
+    return prof.validate(), informed, (kept[1] if kept else ()) + tuple(rejected)
 
 
 def _mark_kept(prof: Profile, base: Profile, trace: str, bname: str

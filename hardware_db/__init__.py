@@ -1,7 +1,8 @@
 """Hardware facts as data (``data/*.json``, a source for every number) and the loaders and
 topology builders that turn them into ``simulator.hardware.specs`` specs.
 
-Imports only the standard library and ``simulator.hardware.specs`` / ``simulator.errors``
+Imports only the standard library, ``simulator.hardware.specs`` / ``simulator.errors`` and
+``simulator.boundary`` (the checks of ``schema``, the data files' load-time schema)
 (networkx only when a topology graph is built, ``simulator.hardware.profile`` lazily, for
 ``load_profile``).
 """

@@ -8,10 +8,10 @@ Keys are matched case-insensitively with ``_`` and spaces read as ``-``. A few f
 aliases are listed in the data (``"h100"`` -> ``"h100-sxm"``, ``"a100"`` -> ``"a100-sxm-80gb"``,
 ``"v100"`` -> ``"v100-sxm-32gb"``, ...); an alias maps to exactly one key (a test checks it).
 An unknown key raises ``InvalidInputError`` naming the field and listing the valid keys.
+Each file is checked against ``hardware_db.schema`` when first read.
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,14 +19,18 @@ from typing import Any, Mapping
 from simulator.errors import CalibrationMissingError, InvalidInputError
 from simulator.hardware.specs import GPUSpec, LinkKind, LinkSpec, NodeSpec
 
+from . import schema
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 PROFILE_DIR = DATA_DIR / "profiles"
 
 
 @lru_cache(maxsize=None)
 def _read(name: str) -> Mapping[str, Any]:
-    """Parsed ``data/<name>.json`` (cached; callers must not mutate it)."""
-    return json.loads((DATA_DIR / f"{name}.json").read_text())
+    """Parsed and checked ``data/<name>.json`` (``hardware_db.schema``; read and checked once
+    per process, cached; callers must not mutate it). A corrupted file raises one
+    ``InvalidInputError`` naming the entry, field, value and file."""
+    return schema.load(name, DATA_DIR / f"{name}.json", _read)
 
 
 def _norm(key: str) -> str:

@@ -65,6 +65,8 @@ def resolve_device(gpu_key: str | None, prof: Profile | str | None = None,
     path = prof if isinstance(prof, str) else None
     if isinstance(prof, str):
         prof = Profile.read_json(prof)
+    elif prof is not None:
+        prof.validate()              # built in memory: the checks a JSON profile gets
     if prof is not None and prof.device is not None and not gpu_key:
         return prof.device, prof
     gpu = hardware_db.load_gpu(gpu_key or (prof.device_key if prof else DEFAULT_GPU))

@@ -31,6 +31,8 @@ def resolve(gpu: GPUSpec | str | None, prof: Profile | str | None) -> tuple[GPUS
     """A device and its profile from objects, a GPU key, or a profile JSON path."""
     if isinstance(prof, str):
         prof = Profile.read_json(prof)
+    elif isinstance(prof, Profile):
+        prof.validate()              # built in memory: the checks a JSON profile gets
     if isinstance(gpu, GPUSpec) and isinstance(prof, Profile):
         return gpu, prof
     from .catalog import resolve_device  # loads hardware_db

@@ -316,8 +316,19 @@ class Profile:
         """Dotted paths of the coefficients marked contaminated."""
         return [p for p, _ in _flagged(self.to_dict(), "profile")]
 
+    def validate(self) -> "Profile":
+        """The physical range checks of a profile read from JSON (``profile_schema``),
+        applied to this one (built in memory by a fitter or by user code); returns it.
+        Raises ``ProfileError`` (an ``InvalidInputError``) naming the first bad number's
+        path (``profile.memory.kind_eff.norm``), its value and its range."""
+        check_numbers(self.to_dict())
+        return self
+
     def write_json(self, path: str | Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        """Write as JSON (atomically) after ``validate``: a file this refuses to read is
+        never written."""
+        d = self.validate().to_dict()
+        atomic_write_text(path, json.dumps(d, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Profile":

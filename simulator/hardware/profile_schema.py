@@ -12,11 +12,16 @@ its fractions against that device's nominal peak, which caches and turbo clocks 
 (a CPU's cache-resident optimizer step measured at 1.7x its DRAM bandwidth), so there a
 fraction is only required to be > 0 and at most ``MAX_MEASURED_FRACTION``. One ``ProfileError`` names the JSON
 path of the first bad number (``profile.gemm.eff_max.bf16``), its value and the range.
+
+The same checks apply to a profile built in memory (``Profile.validate``: before it is
+written or handed to the simulator); fitters that produce a value outside its range keep
+their base profile's value instead (``calibrate.profile_range``), using
+``coefficient_error`` and ``coefficients`` from here.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ..errors import ProfileError
 
@@ -35,7 +40,10 @@ def _real(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _check_coefficient(path: str, c: Mapping[str, Any], own_device: bool) -> None:
+def coefficient_error(path: str, c: Mapping[str, Any], own_device: bool) -> ProfileError | None:
+    """The error of one coefficient dict (``value``, ``unit``, optional ``stderr`` /
+    ``heldout_error_pct``) outside its unit's range, else None. ``own_device``: the profile
+    carries its measured device (fractions up to ``MAX_MEASURED_FRACTION``)."""
     v, unit = c.get("value"), c.get("unit")
     lo, hi, lo_open = UNIT_RANGES.get(unit, (-math.inf, math.inf, False))
     if unit == "fraction" and own_device:
@@ -44,11 +52,30 @@ def _check_coefficient(path: str, c: Mapping[str, Any], own_device: bool) -> Non
         left = "" if lo == -math.inf else (f"> {lo:g}" if lo_open else f">= {lo:g}")
         right = "" if hi == math.inf else f"<= {hi:g}"
         rng = " and ".join(x for x in (left, right) if x)
-        raise ProfileError(path, v, f"a finite number{' ' + rng if rng else ''} "
-                           f"(unit {unit!r})")
+        return ProfileError(path, v, f"a finite number{' ' + rng if rng else ''} "
+                            f"(unit {unit!r})")
     for k in ("stderr", "heldout_error_pct"):
         if c.get(k) is not None and not _real(c[k]):
-            raise ProfileError(f"{path}.{k}", c[k], "a finite number or null")
+            return ProfileError(f"{path}.{k}", c[k], "a finite number or null")
+    return None
+
+
+def _check_coefficient(path: str, c: Mapping[str, Any], own_device: bool) -> None:
+    err = coefficient_error(path, c, own_device)
+    if err is not None:
+        raise err
+
+
+def coefficients(obj: Any, keys: tuple[str, ...] = ()
+                 ) -> Iterator[tuple[tuple[str, ...], Mapping[str, Any]]]:
+    """(keys from the profile's top, coefficient dict) for every coefficient in a profile
+    dict, in its order; the dotted path is ``"profile." + ".".join(keys)``."""
+    if isinstance(obj, Mapping):
+        if "value" in obj and "unit" in obj:
+            yield keys, obj
+            return
+        for k, v in obj.items():
+            yield from coefficients(v, (*keys, str(k)))
 
 
 def check_numbers(obj: Any, path: str = "profile", own_device: bool | None = None) -> None:

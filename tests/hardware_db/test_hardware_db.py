@@ -355,5 +355,8 @@ def test_hardware_db_imports_only_allowed_modules():
                 top = name.split(".")[0]
                 assert top in stdlib or top in allowed_top, f"{path.name} imports {name}"
                 if top == "simulator":
+                    # simulator.boundary: the typed value checks and size limits the data
+                    # files' load-time schema (hardware_db.schema) applies; rank 1, below specs
                     assert name in ("simulator.hardware.specs", "simulator.errors",
-                                    "simulator.hardware.profile", "simulator.network.topology"), name
+                                    "simulator.hardware.profile", "simulator.network.topology",
+                                    "simulator.boundary.values", "simulator.boundary.limits"), name
