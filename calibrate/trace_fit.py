@@ -420,8 +420,10 @@ def fit_overlap_family(fi: FitInputs, out: Fitted) -> None:
         busy = any(a < o.end_s and o.ts_s < b for a, b in comm)
         g = groups.setdefault((o.name, o.shapes, o.phase), ([], []))
         g[1 if busy else 0].append(fi.t(o))
-    pts = [InterferencePoint(statistics.median(a), statistics.median(b))
-           for a, b in groups.values() if a and b]
+    meds = [(statistics.median(a), statistics.median(b)) for a, b in groups.values() if a and b]
+    # an operator no longer than the profiler's own cost per event (time <= 0 once that is
+    # taken out) says nothing about a slowdown
+    pts = [InterferencePoint(a, b) for a, b in meds if a > 0 and b > 0]
     if len(pts) < 3:
         return
     f = fit_interference(pts)

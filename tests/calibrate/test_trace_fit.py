@@ -236,3 +236,27 @@ def test_host_time_folded_from_a_cpu_trace_replaces_the_base_host_model(tmp_path
         (len(SHAPES) * 11.0 + 1.0) / len(SHAPES), rel=1e-6)
     assert p.host is None
     assert "host time per launch" in p.gemm.launch_us.source
+
+
+def test_overlap_fit_leaves_out_operators_shorter_than_the_profiler_cost():
+    """Operators whose profiler-corrected time is <= 0 (shorter than the profiler's own cost
+    per event) cannot inform the slowdown: they are left out instead of failing the fit
+    (seen on a real two-rank small-6l-512 trace)."""
+    from types import SimpleNamespace as NS
+
+    from calibrate.trace_fit import Fitted, fit_overlap_family
+    comm = [NS(ts_s=0.0, dur_s=1.0, where="device", step=0)]
+    ops, times = [], {}
+    for i, (alone, busy) in enumerate([(1e-3, 1.2e-3), (2e-3, 2.4e-3), (3e-3, 3.6e-3),
+                                       (0.0, -1e-6)]):         # the last: profiler-sized op
+        for ts, t in ((5.0, alone), (0.1, busy)):
+            o = NS(step=0, family="gemm", name=f"op{i}", shapes=(), phase="fwd", ts_s=ts,
+                   end_s=ts + max(t, 1e-9))
+            ops.append(o)
+            times[id(o)] = t
+    fi = NS(measures=[NS(step=0)], trace=NS(comms=comm, ops=ops, path="t.json"),
+            steps_note="1 step", t=lambda o: times[id(o)])
+    out = Fitted()
+    fit_overlap_family(fi, out)
+    assert out.overlap.value == pytest.approx(1.2, rel=1e-3)
+    assert "3 operator shapes" in out.overlap.source
