@@ -38,14 +38,20 @@ def probe_spec(layers: int):
                            "host probe", **HOST_SHAPE)
 
 
+def probe_shape(spec):
+    """The probe's ``LayerShape``: validate-run's plan (micro-batch 1, fp32, flash attention,
+    no dropout, no recompute)."""
+    from simulator.workload.ops import LayerShape
+    return LayerShape(micro_batch=1, seq_len=spec.seq_len, dtype="fp32", flash=True,
+                      attention_kernel="flash", dropout=False)
+
+
 def graph_ops(layers: int) -> tuple[int, int]:
-    """(forward, backward) op-graph ops of the probe decoder's layers (validate-run's plan:
-    fp32, flash attention, no dropout, no recompute)."""
+    """(forward, backward) op-graph ops of the probe decoder's layers (``probe_shape``)."""
     from simulator.cost.host import op_count
-    from simulator.workload.ops import LayerShape, backward_ops, layer_ops
+    from simulator.workload.ops import backward_ops, layer_ops
     spec = probe_spec(layers)
-    sh = LayerShape(micro_batch=1, seq_len=spec.seq_len, dtype="fp32", flash=True,
-                    attention_kernel="flash", dropout=False)
+    sh = probe_shape(spec)
     f = [o for i in range(layers) for o in layer_ops(spec, sh, i)]
     return sum(op_count(o) for o in f), sum(op_count(o) for o in backward_ops(f))
 

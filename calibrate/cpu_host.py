@@ -93,9 +93,10 @@ def _probe_head_ops(spec) -> tuple[int, int]:
     """(forward, backward) op-graph ops outside the layers of the probe decoder (the
     count ``cost.host.eager_host_us`` charges)."""
     from simulator.cost.host import op_count
-    from simulator.workload.ops import LayerShape, backward_ops, embedding_ops, head_ops
-    sh = LayerShape(micro_batch=1, seq_len=spec.seq_len, dtype="fp32", flash=True,
-                    attention_kernel="flash", dropout=False)
+    from simulator.workload.ops import backward_ops, embedding_ops, head_ops
+
+    from .bench_host import probe_shape
+    sh = probe_shape(spec)
     extra = embedding_ops(spec, sh) + head_ops(spec, sh)
     return sum(op_count(o) for o in extra), sum(op_count(o) for o in backward_ops(extra))
 

@@ -135,5 +135,17 @@ def lead_layers(names: tuple[str, ...]) -> int:
     return min(leads) if leads else -1
 
 
+def lead_release_frac(lead: int, layers: int) -> float:
+    """Share of the previous pass (``layers`` layers) the device must have run before a
+    host allowed ``lead`` layers ahead (``lead_layers``, >= 0) may issue the next one."""
+    return max(0.0, 1.0 - lead / max(1, layers))
+
+
+def first_op_share(host_ops: float) -> float:
+    """Share of a pass's issue time after which the device may start the pass: the first
+    of the ``host_ops`` ops it issues."""
+    return min(1.0, 1.0 / max(1.0, host_ops))
+
+
 def sync_at_p2p(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].sync_at_p2p for n in names)

@@ -18,11 +18,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..cost.host import lead_layers
+from ..cost.host import lead_layers, lead_release_frac
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
 from ..parallel.schedule import iter_pass_order, stage_order
-from .stage_work import ChunkWork
+from .stage_work import ChunkWork, pass_numbers
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     m, host = plan.num_microbatches, prof.host
     plain = iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp)
     if plain is not None:          # (device s, host s, ops, layers) by pass kind: a tuple each;
-        kinds = {(f, ch.chunk): _numbers(ch.fwd if f else ch.bwd, ch)   # each kind runs
+        kinds = {(f, ch.chunk): pass_numbers(ch.fwd if f else ch.bwd, ch)   # each kind runs
                  for ch in chunks for f in (True, False)}                # m times a step
         passes: Iterable = (kinds[(f, c)] for f, _, c in plain)
         g_total = m * sum(k[0] for k in kinds.values())
@@ -47,7 +47,7 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
         each = list(kinds.values())
     else:
         order = stage_order(plan.schedule, stage, plan.pp, m, plan.vpp)
-        passes = [_numbers(chunks[u.chunk].pass_cost(u), chunks[u.chunk]) for u in order]
+        passes = [pass_numbers(chunks[u.chunk].pass_cost(u), chunks[u.chunk]) for u in order]
         g_total = sum(p[0] for p in passes)
         h_total = sum(max(0.0, p[1]) for p in passes)
         each = passes
@@ -59,10 +59,6 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     # issue, and the lead covers the longest issue (inf: some pass issues slower than it runs)
     safe = max((p[1] for p in each), default=0.0) if all(p[0] >= p[1] for p in each) else math.inf
     return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total, safe)
-
-
-def _numbers(pc, ch: ChunkWork) -> tuple[float, float, float, int]:
-    return pc.total_s, pc.host_s, min(1.0, 1.0 / max(1.0, pc.host_ops)), len(ch.layers)
 
 
 def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
@@ -89,8 +85,7 @@ def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
         h_done += hh
         hs = h
         if prev is not None and lead >= 0:
-            frac = max(0.0, 1.0 - lead / max(1, prev[2]))
-            hs = max(hs, prev[0] + frac * prev[1])
+            hs = max(hs, prev[0] + lead_release_frac(lead, prev[2]) * prev[1])
         he = hs + hh
         ds = max(d, hs + first * hh)
         prev = (ds, g, layers)

@@ -96,7 +96,6 @@ def _periodic_step(stages, model, plan, cluster, prof, groups):
         swept = sweep_step(stages, model, p, cluster, prof, groups, work, tails)
         if swept is not None:
             return swept + (work,)
-        work.clear()
         return _event_step(stages, model, p, cluster, prof, groups, work=work)[:4] + (work,)
     if plan.num_microbatches < SWEEP_ROUNDS * plan.pp or not long_enough(plan):
         return sweep_step(stages, model, plan, cluster, prof, groups, tails=tails)

@@ -13,6 +13,7 @@ from ..cost.host import (
     HostCost,
     device_bytes_per_param_bwd,
     eager_host,
+    first_op_share,
     layer_host,
     mechanisms_host,
     param_tensors,
@@ -70,6 +71,12 @@ class ChunkWork:
         if u.part == Part.WEIGHT:
             return self.wgrad
         return self.bwd if u.part == Part.WHOLE else _without(self.bwd, self.wgrad)
+
+
+def pass_numbers(pc: PassCost, ch: ChunkWork) -> tuple[float, float, float, int]:
+    """What the host/device recursions read of one pass of ``ch``: (device seconds, host
+    seconds, ``first_op_share`` of the host time, layers)."""
+    return pc.total_s, pc.host_s, first_op_share(pc.host_ops), len(ch.layers)
 
 
 def _without(whole: PassCost, part: PassCost) -> PassCost:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..cost.host import lead_layers, sync_at_p2p
+from ..cost.host import first_op_share, lead_layers, lead_release_frac, sync_at_p2p
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
@@ -208,7 +208,7 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, prev_la
         st.units[u] = eng.add(name, comp, pc.total_s, stage=s, kind=kind, mb=u.mb,
                               chunk=u.chunk)
         return st.units[u]
-    first = min(1.0, 1.0 / max(1.0, pc.host_ops))
+    first = first_op_share(pc.host_ops)
     st.units[u] = eng.add(name, comp, pc.total_s, [(h, first)], stage=s, kind=kind,
                           mb=u.mb, chunk=u.chunk)
     return eng.add(f"issued {name}", comp, 0.0, [(h, 1.0)], stage=s, kind="host_wait")
@@ -224,7 +224,7 @@ def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan
         return [(st.ends.get(prev, st.units[prev]), 1.0)]
     lead = lead_layers(plan.host_mechanisms)
     if lead >= 0:
-        return [(st.units[prev], max(0.0, 1.0 - lead / max(1, prev_layers)))]
+        return [(st.units[prev], lead_release_frac(lead, prev_layers))]
     return []
 
 

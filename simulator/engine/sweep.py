@@ -21,17 +21,18 @@ quantity with the event engine (``tests/simulator/engine/test_sweep.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from ..cost.host import lead_layers, sync_at_p2p
+from ..cost.host import lead_layers, lead_release_frac, sync_at_p2p
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.placement import GroupPlacement
 from ..parallel.plan import Plan
-from ..parallel.schedule import Unit, pass_order
+from ..parallel.schedule import Unit, pass_order, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
 from .breakdown import event_breakdown
 from .events import Task
-from .stage_work import ChunkWork
+from .stage_work import ChunkWork, pass_numbers
 from .step import (
     StageTasks,
     bucket_times_s,
@@ -70,6 +71,17 @@ class _Plan:
     flows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
+class _Wire(NamedTuple):
+    """Where one pass kind's input comes from and whether its output leaves the stage."""
+
+    stage: int                    # producer's stage (-1: no input)
+    kind: int                     # producer's pass kind
+    src: list[float] | None       # the producer stage's ``ends`` (same stage) or ``out``
+    base: int                     # offset of the producer's kind in ``src``
+    cross_in: bool                # the input comes from another stage
+    sends: bool                   # the output goes to another stage
+
+
 @dataclass
 class _Stage:
     """One stage's recursion state. Keys of a pass: ``(c or vpp + c) * m + mb``."""
@@ -85,7 +97,7 @@ class _Stage:
     c_free: float = 0.0
     prev: tuple[float, float, int, float] | None = None   # device start, seconds, layers, end
     last_bwd: dict[int, tuple[int, float, float]] = field(default_factory=dict)
-    wiring: list[tuple[list[float] | None, int, bool, bool]] = field(default_factory=list)
+    wiring: list[_Wire] = field(default_factory=list)     # by pass kind (``_wire``)
     compute_work_s: float = 0.0   # seconds of work on the compute stream
     host_work_s: float = 0.0      # ... on the host stream (asynchronous host)
     link_work_s: dict[str, float] = field(default_factory=dict)
@@ -171,43 +183,30 @@ def _context(stages, model, plan: Plan, cluster, prof, groups) -> _Plan | None:
               plan.pp > 1 and sync_at_p2p(plan.host_mechanisms), lead_layers(plan.host_mechanisms),
               host, link_of(sends[:1]), groups["dp"].size > 1 or groups["edp"].size > 1)
     for s, chunks in enumerate(stages):
-        costs = [_pass_numbers(ch.fwd, ch) for ch in chunks] + \
-                [_pass_numbers(ch.bwd, ch) for ch in chunks]
+        costs = [pass_numbers(ch.fwd, ch) for ch in chunks] + \
+                [pass_numbers(ch.bwd, ch) for ch in chunks]
         x.stages.append(_Stage(s, orders[s], costs, [-1.0] * (2 * vpp * m),
                                [-1.0] * (2 * vpp * m)))
     for st in x.stages:
-        _wire(st, x)
+        _wire(st, x, plan.schedule)
     return x
 
 
-def _pass_numbers(pc, ch: ChunkWork) -> tuple[float, float, float, int]:
-    return pc.total_s, pc.host_s, min(1.0, 1.0 / max(1.0, pc.host_ops)), len(ch.layers)
-
-
-def _upstream(fwd: bool, c: int, s: int, pp: int, vpp: int) -> tuple[int, int]:
-    """(stage, pass kind) a pass consumes on Megatron's placement (``schedule.upstream``);
-    stage -1: none (the first forward)."""
-    if fwd:
-        if s > 0:
-            return s - 1, c
-        return (pp - 1, c - 1) if c > 0 else (-1, 0)
-    if s < pp - 1:
-        return s + 1, vpp + c
-    return (0, vpp + c + 1) if c < vpp - 1 else (s, c)     # last: the loss, same stage
-
-
-def _wire(st: _Stage, x: _Plan) -> None:
-    """Per pass kind of ``st``: the list its input time is read from (the producer's
-    ``ends`` on this stage, its ``out`` on another; ``None``: no input) and the offset of
-    the producer's kind in it, whether the input crosses stages, whether the output does."""
+def _wire(st: _Stage, x: _Plan, schedule) -> None:
+    """Per pass kind ``k`` of ``st`` (forward of chunk ``k``, backward of chunk ``k - vpp``),
+    from the schedule's placement (``schedule.upstream``, ``sends_downstream``): the stage
+    and kind of the pass it consumes (stage -1: none), the list that input's time is read
+    from (the producer's ``ends`` on this stage, its ``out`` on another), the offset of the
+    producer's kind in it, whether the input crosses stages, whether the output does."""
     pp, vpp, m, s = x.pp, x.vpp, x.m, st.s
     st.wiring = []
     for k in range(2 * vpp):
-        fwd, c = k < vpp, k % vpp
-        us, uk = _upstream(fwd, c, s, pp, vpp)
+        u = Unit(k < vpp, 0, k % vpp)
+        up = upstream(u, s, pp, vpp, schedule)
+        us, uk = (-1, 0) if up is None else (up[0], up[1].chunk + (0 if up[1].fwd else vpp))
         src = None if us < 0 else st.ends if us == s else x.stages[us].out
-        sends = pp > 1 and not ((s == pp - 1 and c == vpp - 1) if fwd else (s == 0 and c == 0))
-        st.wiring.append((src, uk * m, us >= 0 and us != s, sends))
+        st.wiring.append(_Wire(us, uk, src, uk * m, us >= 0 and us != s,
+                               sends_downstream(u, s, pp, vpp, schedule)))
 
 
 def _advance(st: _Stage, x: _Plan, rec: _Recorder | None = None) -> int:
@@ -219,7 +218,7 @@ def _advance(st: _Stage, x: _Plan, rec: _Recorder | None = None) -> int:
     while i < n:
         fwd, mb, c = order[i]
         k = c if fwd else vpp + c
-        src, base, cross_in, sends = wiring[k]
+        _, _, src, base, cross_in, sends = wiring[k]
         up = -1.0
         if src is not None:
             up = src[base + mb]
@@ -286,8 +285,7 @@ def _host_release(st: _Stage, x: _Plan) -> float:
     if x.p2p_sync:
         return end
     if x.lead >= 0:
-        frac = min(1.0, max(0.0, 1.0 - x.lead / max(1, layers)))
-        return ds + frac * g if frac < 1 else ds + g
+        return ds + lead_release_frac(x.lead, layers) * g
     return -1.0
 
 
@@ -390,7 +388,7 @@ class _Recorder:
         """The task whose end released a pass's input at ``up``: the producer's send on
         another stage (a stand-in task), or the pass's own stage's earlier task."""
         fwd, mb, c = self.st.order[self.st.i]
-        us, uk = _upstream(fwd, c, self.st.s, self.x.pp, self.x.vpp)
+        us, uk = self.st.wiring[c if fwd else self.x.vpp + c][:2]
         if us == self.st.s:
             return self.end_tid[uk * self.x.m + mb]
         return self._task(f"stage{us}.send", up - self.x.t_send_s, self.x.t_send_s, "pp_send", -1)
@@ -436,7 +434,7 @@ def _explain(crit: int, stages, x: _Plan, plan: Plan, tc: TailCosts
     """Replay the critical stage with its tasks recorded; its breakdown and busy time."""
     old = x.stages[crit]
     st = _Stage(old.s, old.order, old.costs, [-1.0] * len(old.ends), [-1.0] * len(old.out))
-    _wire(st, x)
+    _wire(st, x, plan.schedule)
     x.stages[crit] = st
     rec = _Recorder(st, x)
     _advance(st, x, rec)
