@@ -247,6 +247,7 @@ def robust_fit(spec: _Spec, model: Model, rows: Sequence[object], fixed: Mapping
 
 # ---- GEMM --------------------------------------------------------------------------------
 GEMM_PARAMS = ("eff_max", "k_half", "launch_us")
+MN_HALF = "mn_half"        # optional: output-panel saturation (CPU BLAS), elements
 
 
 def harness_param(harness: str) -> str:
@@ -270,14 +271,16 @@ def gemm_model(peak_tflops: float, sm_count: int, mem_bw_gbytes_per_s: float,
         t0 = p[harness_param(r.harness)] if r.harness else p["launch_us"]
         return gemm_time_core_s(r.groups * r.m, r.n, r.k, r.bytes_moved, peak_tflops * 1e12,
                                 p["eff_max"], p["k_half"], t0 * 1e-6, wave,
-                                mem_bw_gbytes_per_s * 1e9)
+                                mem_bw_gbytes_per_s * 1e9, math.inf, p.get(MN_HALF, 0.0),
+                                min(r.m, r.n))
     return model
 
 
 def fit_gemm(rows: Sequence[GemmPoint], gpu_peak_tflops: float, sm_count: int,
              mem_bw_gbytes_per_s: float, tile_m: int = 128, tile_n: int = 128,
              fixed: Mapping[str, float] | None = None, eff_max_upper: float = 1.0,
-             tiles: Sequence[tuple[int, int]] = (), persistent: bool = False) -> FitResult:
+             tiles: Sequence[tuple[int, int]] = (), persistent: bool = False,
+             fit_mn_half: bool = False) -> FitResult:
     """Fit ``eff_max`` (dimensionless), ``k_half`` (elements), ``launch_us`` (microseconds),
     plus one per-call floor ``t0_<harness>_us`` per timing harness among the rows.
 
@@ -286,15 +289,22 @@ def fit_gemm(rows: Sequence[GemmPoint], gpu_peak_tflops: float, sm_count: int,
     ``persistent``: the tile model (``simulator.cost.kernels.tile_efficiency``). With one
     point, fix two of the three parameters. ``eff_max_upper`` > 1 lets a device without a
     known peak (a CPU: pass peak 1.0) fit its asymptotic TFLOP/s as ``eff_max``.
+    ``fit_mn_half`` also fits ``mn_half`` (elements, the output-panel saturation of a CPU
+    BLAS, ``gemm_time_core_s``); it must be in ``fixed`` or fitted wherever it is used.
     """
     harnesses = sorted({r.harness for r in rows if r.harness})
-    names = GEMM_PARAMS + tuple(harness_param(h) for h in harnesses)
-    spec = _Spec(names, (min(0.8, eff_max_upper), 256.0, 5.0) + (5.0,) * len(harnesses),
-                 (1e-4, 0.0, 0.0) + (0.0,) * len(harnesses),
-                 (eff_max_upper, 1e5, 1e5) + (1e3,) * len(harnesses))
+    extra = (MN_HALF,) if fit_mn_half or MN_HALF in (fixed or {}) else ()
+    names = GEMM_PARAMS + extra + tuple(harness_param(h) for h in harnesses)
+    spec = _Spec(names, (min(0.8, eff_max_upper), 256.0, 5.0) + (16.0,) * len(extra)
+                 + (5.0,) * len(harnesses),
+                 (1e-4, 0.0, 0.0) + (0.0,) * len(extra) + (0.0,) * len(harnesses),
+                 (eff_max_upper, 1e5, 1e5) + (1e4,) * len(extra) + (1e3,) * len(harnesses))
     model = gemm_model(gpu_peak_tflops, sm_count, mem_bw_gbytes_per_s, tile_m, tile_n, tiles,
                        persistent)
     starts = [{"k_half": 0.0, "launch_us": 1.0}, {"k_half": 2048.0, "launch_us": 20.0}]
+    if extra:
+        starts += [{"k_half": 16.0, "launch_us": 50.0, MN_HALF: 1.0},
+                   {"k_half": 16.0, "launch_us": 50.0, MN_HALF: 256.0}]
     return robust_fit(spec, model, rows, fixed or {}, lambda r: r.flops, starts)
 
 

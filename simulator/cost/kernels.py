@@ -45,16 +45,23 @@ def tile_efficiency(m: int, n: int, tiles: Sequence[tuple[int, int]], sm_count: 
 
 def gemm_time_core_s(m: float, n: float, k: float, bytes_moved: float, peak_flops: float,
                      eff_max: float, k_half: float, launch_s: float, wave: float,
-                     mem_bw_bytes_per_s: float, cap_flops: float = math.inf) -> float:
+                     mem_bw_bytes_per_s: float, cap_flops: float = math.inf,
+                     mn_half: float = 0.0, out_min: float = 0.0) -> float:
     """The GEMM formula on plain numbers (shared with the fitters).
 
-    ``t = launch + max(flops / min(peak * eff_max * wave * k/(k + k_half), cap), bytes / bw)``:
-    the shape terms (tile/wave fill, k-loop saturation) set the rate at the boost clock;
-    ``cap_flops`` is the rate the GPU sustains at its power limit (a ceiling, not a factor:
-    shapes that do not reach it lose nothing to it). ``m`` counts the rows of all groups.
+    ``t = launch + max(flops / min(peak * eff_max * wave * k/(k + k_half) * s/(s + mn_half),
+    cap), bytes / bw)``: the shape terms (tile/wave fill, k-loop saturation, output-panel
+    saturation) set the rate at the boost clock; ``cap_flops`` is the rate the GPU sustains
+    at its power limit (a ceiling, not a factor: shapes that do not reach it lose nothing to
+    it). ``m`` counts the rows of all groups. ``s = out_min`` is the smaller output dimension
+    of one group (elements): a blocked CPU GEMM packs each operand panel once and reuses it
+    across the other output dimension, so a narrow output amortises the packing over fewer
+    FLOPs (``GemmModel.mn_half``; 0 on GPUs, whose output shape is the tile/wave term).
     """
     flops = 2.0 * m * n * k
     k_sat = k / (k + k_half)
+    if mn_half > 0.0:
+        k_sat *= out_min / (out_min + mn_half)
     t_compute = flops / min(peak_flops * eff_max * wave * k_sat, cap_flops)
     t_memory = bytes_moved / mem_bw_bytes_per_s
     return launch_s + max(t_compute, t_memory)
@@ -77,7 +84,7 @@ def gemm_time_s(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, prof: Profile,
     return gemm_time_core_s(batch * m, n, k, bytes_moved, peak, prof.gemm_eff(dtype) * f,
                             g.k_half_for(dtype), g.launch_us.value * 1e-6, wave,
                             gpu.mem_bw_gbytes_per_s * 1e9 * prof.memory.bw_eff.value,
-                            peak * g.sustained_for(dtype) * f)
+                            peak * g.sustained_for(dtype) * f, g.mn_half_value(), min(m, n))
 
 
 def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int = 1,

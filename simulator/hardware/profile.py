@@ -49,8 +49,10 @@ class GemmModel:
     ``persistent``), ``k/(k + k_half)`` the k-loop saturation, ``eff_max`` the fraction of
     the dtype peak the best shapes reach at boost clock, and ``sustained_eff`` (where measured)
     the ceiling the power limit holds. A grouped kernel (MoE experts) runs at
-    ``grouped_eff`` of that rate. The fields after ``tile_n`` are optional: a profile without
-    them gets exactly the earlier formula (one tile, waves, no ceiling, no grouped loss).
+    ``grouped_eff`` of that rate. ``mn_half`` (CPU profiles) adds the factor
+    ``s/(s + mn_half)``, ``s`` the smaller output dimension. The fields after ``tile_n`` are
+    optional: a profile without them gets exactly the earlier formula (one tile, waves, no
+    ceiling, no grouped loss, no output-panel term).
     """
 
     eff_max: Mapping[str, Coefficient]          # per Dtype value, dimensionless
@@ -63,6 +65,13 @@ class GemmModel:
     sustained_eff: Mapping[str, Coefficient] = field(default_factory=dict)  # power-limit ceiling
     k_half_dtype: Mapping[str, Coefficient] = field(default_factory=dict)   # where not k_half
     grouped_eff: Mapping[str, Coefficient] = field(default_factory=dict)    # grouped / dense rate
+    # elements: rate x s/(s + mn_half), s = the smaller output dimension (a CPU BLAS packs
+    # each operand panel once per pass over the other output dimension); None: no such term
+    # (GPU profiles: their output-shape loss is the tile/wave term)
+    mn_half: Coefficient | None = None
+
+    def mn_half_value(self) -> float:
+        return self.mn_half.value if self.mn_half is not None else 0.0
 
     def tile_shapes(self) -> tuple[tuple[int, int], ...]:
         return self.tiles or ((self.tile_m, self.tile_n),)
@@ -310,7 +319,10 @@ class Profile:
     # ---- JSON I/O -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; a coefficient's ``contaminated`` flag appears only when set."""
-        return _drop_clean_flags(json.loads(json.dumps(asdict(self), default=_enum_value)))
+        d = _drop_clean_flags(json.loads(json.dumps(asdict(self), default=_enum_value)))
+        if d["gemm"].get("mn_half") is None:      # optional term: absent, not null
+            d["gemm"].pop("mn_half", None)
+        return d
 
     def contaminated_paths(self) -> list[str]:
         """Dotted paths of the coefficients marked contaminated."""
@@ -389,7 +401,8 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
                      persistent=bool(g.get("persistent", False)),
                      sustained_eff=_coef_map(g.get("sustained_eff", {})),
                      k_half_dtype=_coef_map(g.get("k_half_dtype", {})),
-                     grouped_eff=_coef_map(g.get("grouped_eff", {})))
+                     grouped_eff=_coef_map(g.get("grouped_eff", {})),
+                     mn_half=_coef(g["mn_half"]) if g.get("mn_half") else None)
     m = d["memory"]
     memory = MemoryModel(bw_eff=_coef(m["bw_eff"]), launch_us=_coef(m["launch_us"]),
                          kind_eff=_coef_map(m.get("kind_eff", {})))

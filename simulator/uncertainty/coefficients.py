@@ -112,6 +112,7 @@ KNOBS: tuple[tuple[str, Callable[..., Iterator[Path]]], ...] = (
     ("gemm.eff_max", _eff_max),
     ("gemm.k_half", _single("gemm", "k_half")),
     ("gemm.launch_us", _single("gemm", "launch_us")),
+    ("gemm.mn_half", lambda d, plan, cluster: iter([("gemm", "mn_half")] if d["gemm"].get("mn_half") else [])),
     ("memory.bw_eff", _memory),
     ("memory.launch_us", _single("memory", "launch_us")),
     ("attention", _attention),
