@@ -10,6 +10,9 @@
 * ``fsdp1_unit``: ``FullyShardedDataParallel`` (v1, FULL_SHARD, one unit per block,
   ``use_orig_params=True``, ``limit_all_gathers=True``) on a fake process group of 2 ranks
   (no communication), extra time per unit, forward and backward separately;
+* ``fsdp2_unit``: ``fully_shard`` (FSDP2, one unit per block plus the root, default
+  ``reshard_after_forward``, no mixed precision) on a 2-rank device mesh over the same fake
+  process group, extra time per unit, forward and backward separately;
 * ``deepspeed_bf16_grad_loop``: the per-micro-batch loop of DeepSpeed's ``BF16_Optimizer``
   (``update_hp_grads`` as of 2022: per bf16 parameter tensor ``hp_grad.data.add_(
   lp.grad.data.to(fp32).view(shape))`` then ``lp.grad = None``), per tensor.
@@ -116,6 +119,15 @@ def _fsdp(model):
                                     limit_all_gathers=True)
 
 
+def _fsdp2(model):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (2,))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
 def deepspeed_loop_us(tensors: int = 64, repeats: int = 200) -> float:
     """Per parameter tensor: the BF16_Optimizer gradient loop on tiny tensors."""
     import torch
@@ -163,12 +175,14 @@ def measure() -> list[dict]:
     rows.append({**base, "mechanism": "ddp_param_hooks", "metric": "per parameter tensor, "
                  "fwd+bwd", "value_us": round(per, 2), "eager_ops": round(per / op, 3),
                  "method": f"DDP(no-op comm hook) - bare, 5 vs 1 layers ({tensors} tensors)"})
-    f, b, tensors, units = _extra_us(_fsdp)
-    for pas, v in (("fwd", f), ("bwd", b)):
-        rows.append({**base, "mechanism": "fsdp1_unit", "metric": f"per unit, {pas}",
-                     "value_us": round(v / units, 2), "eager_ops": round(v / units / op, 3),
-                     "method": "FSDP1 FULL_SHARD use_orig_params fake pg x2 - bare, "
-                               f"5 vs 1 layers ({units} units, {tensors // units} tensors each)"})
+    for name, wrap, how in (("fsdp1_unit", _fsdp, "FSDP1 FULL_SHARD use_orig_params"),
+                            ("fsdp2_unit", _fsdp2, "FSDP2 fully_shard per block + root")):
+        f, b, tensors, units = _extra_us(wrap)
+        for pas, v in (("fwd", f), ("bwd", b)):
+            rows.append({**base, "mechanism": name, "metric": f"per unit, {pas}",
+                         "value_us": round(v / units, 2), "eager_ops": round(v / units / op, 3),
+                         "method": f"{how} fake pg x2 - bare, 5 vs 1 layers ({units} units, "
+                                   f"{tensors // units} tensors each)"})
     d = deepspeed_loop_us()
     rows.append({**base, "mechanism": "deepspeed_bf16_grad_loop", "metric": "per parameter "
                  "tensor, per micro-batch", "value_us": round(d, 2),

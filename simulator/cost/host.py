@@ -129,6 +129,27 @@ def device_bytes_per_param_bwd(names: tuple[str, ...]) -> float:
     return sum(HOST.mechanisms[n].device_bytes_per_param_bwd for n in names)
 
 
+def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int
+                    ) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) device copies the mechanisms add to one chunk pass of ``layers``
+    layers holding ``params`` parameters in ``tensors`` tensors: one bandwidth-bound op per
+    mechanism and pass, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels."""
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    for name in names:
+        m = HOST.mechanisms[name]
+        for out, nb, per_layer, pas in ((fwd, m.device_bytes_per_param_fwd,
+                                         m.device_kernels_per_layer_fwd, "fwd"),
+                                        (bwd, m.device_bytes_per_param_bwd,
+                                         m.device_kernels_per_layer_bwd, "bwd")):
+            if nb <= 0:
+                continue
+            k = per_layer * layers if per_layer > 0 else m.device_kernels_per_tensor_bwd * tensors
+            out.append(Op(f"{name}_{pas}_copies", OpKind.MEMORY, bytes_moved=params * nb,
+                          kernels=max(1, round(k)), mem_kind="copy"))
+    return fwd, bwd
+
+
 def lead_layers(names: tuple[str, ...]) -> int:
     """How many layers the host may run ahead of the device (-1: unbounded)."""
     leads = [HOST.mechanisms[n].lead_layers for n in names if HOST.mechanisms[n].lead_layers >= 0]

@@ -11,7 +11,7 @@ from itertools import groupby
 
 from ..cost.host import (
     HostCost,
-    device_bytes_per_param_bwd,
+    device_copy_ops,
     eager_host,
     first_op_share,
     layer_host,
@@ -238,11 +238,11 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    nb = device_bytes_per_param_bwd(plan.host_mechanisms)
-    if nb > 0:
-        ops.append(Op("framework_grad_copies", OpKind.MEMORY, bytes_moved=params * nb,
-                      kernels=max(1, 2 * tensors), mem_kind="copy"))
+    copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
+    ops += copies_bwd
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof)
+    if copies_fwd:
+        fwd.add(pass_cost(copies_fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))
     for bwd in bwds:
         if ops:

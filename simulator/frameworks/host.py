@@ -37,8 +37,11 @@ class HostMechanism:
 
     ``layer_fwd_eager_ops`` / ``layer_bwd_eager_ops``: per layer (an FSDP unit) and pass;
     ``param_tensor_bwd_eager_ops``: per local parameter tensor and backward pass (DDP's
-    autograd hooks, DeepSpeed's per-micro-batch gradient loop); ``device_bytes_per_param_bwd``:
-    device memory traffic per local parameter and backward (DDP's bucket copies);
+    autograd hooks, DeepSpeed's per-micro-batch gradient loop); ``device_bytes_per_param_fwd``
+    / ``device_bytes_per_param_bwd``: device memory traffic per local parameter and pass (DDP's
+    bucket copies; FSDP2's all-gather copy-out and reduce-scatter copy-in), in
+    ``device_kernels_per_layer_fwd`` / ``_bwd`` kernels per layer, or, where those are 0,
+    ``device_kernels_per_tensor_bwd`` per parameter tensor;
     ``lead_layers``: the host may run at most this many layers ahead of the device (FSDP's
     all-gather rate limiter), -1 = unbounded; ``sync_at_p2p``: the host waits for the device
     after every pipeline send/receive (Megatron's ``batch_p2p_sync``)."""
@@ -47,6 +50,10 @@ class HostMechanism:
     layer_bwd_eager_ops: float = 0.0
     param_tensor_bwd_eager_ops: float = 0.0
     device_bytes_per_param_bwd: float = 0.0
+    device_bytes_per_param_fwd: float = 0.0
+    device_kernels_per_layer_fwd: float = 0.0
+    device_kernels_per_layer_bwd: float = 0.0
+    device_kernels_per_tensor_bwd: float = 0.0
     lead_layers: int = -1
     sync_at_p2p: bool = False
     why: str = ""

@@ -55,4 +55,8 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
               "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,
               "zero_stage": mem.zero_stage, **host_settings(name, bf16)}
     fields = {k: v for k, v in values.items() if k not in keep}
+    zero = fields.get("zero_stage", plan.zero_stage)
+    if "host_mechanisms" in fields and zero < 3:     # FSDP unit hooks exist only under FSDP
+        fields["host_mechanisms"] = tuple(m for m in fields["host_mechanisms"]
+                                          if not m.startswith("fsdp"))
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)

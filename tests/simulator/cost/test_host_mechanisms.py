@@ -18,6 +18,7 @@ from simulator.cost.host import (
 from simulator.engine.simulate import simulate
 from simulator.engine.stage_work import build_chunks, place_groups
 from simulator.frameworks import FRAMEWORKS, HOST, canonical_framework
+from simulator.frameworks.defaults import framework_names
 from simulator.frameworks.host import DATA, load_host
 from simulator.hardware.profile import Coefficient, HostModel
 from simulator.parallel.plan import Plan
@@ -68,7 +69,10 @@ def test_every_framework_names_known_modes_and_mechanisms():
         assert fw.mode in HOST.modes, name
         assert all(m in HOST.mechanisms for m in fw.mechanisms), name
         assert fw.why
-    assert set(HOST.frameworks) <= {canonical_framework(k) for k in FRAMEWORKS}
+    # every framework named there is one --framework accepts (behaviour defaults or memory
+    # conventions: torchtitan / fsdp2 have only the latter)
+    assert set(HOST.frameworks) <= {canonical_framework(k) for k in framework_names()}
+    assert {"megatron-lm", "llm-foundry"} <= {canonical_framework(k) for k in FRAMEWORKS}
     for m in list(HOST.modes.values()) + list(HOST.mechanisms.values()):
         assert m.why and "PLACEHOLDER" not in m.why
 
@@ -133,3 +137,27 @@ def test_host_facts_follow_framework_aliases_and_plans():
     kept = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16", host_mode="compiled")
     assert with_framework(kept, "nemo", {"host_mode"}).host_mode == "compiled"
     assert with_framework(kept, "nemo").host_mode == "eager"
+
+
+def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
+    """FSDP2 (torchtitan): 4 B per local parameter of copy-out in forward, 10 B in backward
+    (copy-out + chunk-cat), bandwidth-bound, on top of the same plan without the mechanism;
+    the unit hooks and copies are dropped when the plan does not shard (ZeRO < 3)."""
+    from simulator.parallel.framework_plan import with_framework
+    cl = hardware_db.build_cluster("h100-sxm", 2)
+    plain = Plan(dp=2, micro_batch=1, global_batch=2, zero_stage=3)
+    fsdp2 = dataclasses.replace(plain, host_mechanisms=("fsdp2_unit",))
+    p = prof(10.0)
+    a = build_chunks(MODEL, plain, cl, p, place_groups(cl, plain))[0][0]
+    b = build_chunks(MODEL, fsdp2, cl, p, place_groups(cl, fsdp2))[0][0]
+    bw = cl.gpu.mem_bw_gbytes_per_s * 1e9 * p.memory.eff("copy")
+    launch = p.memory.launch_us.value * 1e-6
+    n = MODEL.n_layers
+    assert b.fwd.compute_s - a.fwd.compute_s == pytest.approx(
+        4.0 * b.params / bw + n * launch, rel=1e-9)
+    assert b.bwd.compute_s - a.bwd.compute_s == pytest.approx(
+        10.0 * b.params / bw + 2 * n * launch, rel=1e-9)
+    base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
+    assert with_framework(base, "torchtitan").host_mechanisms == ("fsdp2_unit",)
+    assert with_framework(dataclasses.replace(base, zero_stage=1), "torchtitan",
+                          {"zero_stage"}).host_mechanisms == ()
