@@ -206,8 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calibrate.bench_framework")
     ap.add_argument("--out", default=str(CSV), help="CSV to append the rows to")
     ap.add_argument("--dry-run", action="store_true", help="print only")
+    ap.add_argument("--only", default="", help="comma-separated mechanisms to print and "
+                    "append (e.g. fsdp2_unit); the others are still measured for the same-run "
+                    "probe, but not appended (the shipped profiles cite the CSV's probe rows)")
     args = ap.parse_args(argv)
     rows = measure()
+    if args.only:
+        keep = {m.strip() for m in args.only.split(",") if m.strip()}
+        rows = [r for r in rows if r["mechanism"] in keep]
     w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows(rows)
