@@ -41,7 +41,10 @@ def _predict_all(rows, fast: bool) -> tuple[list, float, int]:
         SIM._periodic_step = real
 
 
-def main() -> None:
+TOLERANCE = 1e-9     # fast and reference paths play the same recursion: float rounding only
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="validation/published_runs.csv")
     ap.add_argument("--force", action="store_true", help="fast path wherever it can run")
@@ -51,10 +54,12 @@ def main() -> None:
     rows = read_rows(args.runs)
     fast, t_fast, served = _predict_all(rows, True)
     ref, t_ref, _ = _predict_all(rows, False)
-    worst = 0.0
+    worst, bad = 0.0, []
     for a, b in zip(fast, ref):
-        if b.result is None or a.result is None:
-            print(f"{b.row.get('id', '?'):40s} {b.status}")
+        if b.result is None or a.result is None or "internal" in f"{a.status} {b.status}":
+            print(f"{b.row.get('id', '?'):40s} fast: {a.status}; reference: {b.status}")
+            if "internal" in f"{a.status} {b.status}" or (a.result is None) != (b.result is None):
+                bad.append(b.row.get("id", "?"))
             continue
         rel = abs(a.result.step_time_s / b.result.step_time_s - 1)
         worst = max(worst, rel)
@@ -65,7 +70,13 @@ def main() -> None:
           f"{' (thresholds forced to 0)' if args.force else ''}; "
           f"max relative difference {worst:.2e}; predict wall fast {t_fast:.1f} s, "
           f"reference {t_ref:.1f} s (ratio {t_ref / t_fast:.2f})")
+    if bad or worst > TOLERANCE:
+        print(f"FAILED: {len(bad)} row(s) with an internal error or only one path modelled "
+              f"({', '.join(bad[:5])}); max relative difference {worst:.2e} "
+              f"(tolerance {TOLERANCE:g})")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import signal
 import sys
 import traceback
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:                      # output piped into `head` etc.
         sys.stderr.close()
         return 0
-    except (ComplexityError, OSError, ValueError) as exc:
+    except (ComplexityError, OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # bad input: our own errors, unreadable files, files that are not JSON / text
         if debug:
             traceback.print_exc()
         text = one_line(exc) or type(exc).__name__

@@ -197,6 +197,22 @@ def test_an_internal_error_is_one_line_exit_1_and_debug_shows_the_traceback(monk
     assert "Traceback" in err and err.splitlines()[-1].startswith("complexity describe: internal")
 
 
+def test_a_plain_value_error_is_a_bug_but_a_bad_json_file_is_bad_input(monkeypatch, capsys,
+                                                                         tmp_path):
+    """A ValueError from our own code (a math domain error, a bad unpack) is a bug: exit 1,
+    "internal error". A file that is not JSON is the user's: exit 2."""
+    def boom(args):
+        raise ValueError("math domain error")
+    monkeypatch.setattr(cli_main, "_run", boom)
+    assert cli_main.main(["describe", "--model", "llama2-7b"]) == 1
+    assert "internal error: ValueError" in capsys.readouterr().err
+    monkeypatch.undo()
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    assert cli_main.main(["describe", "--model", str(bad)]) == 2
+    assert "internal" not in capsys.readouterr().err
+
+
 def test_argparse_errors_are_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         cli_main.main(["simulate", "--gpu", "h100-sxm"])
