@@ -18,7 +18,7 @@ terms compute. CSV line numbers count the header as line 1.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from simulator.hardware.profile import Coefficient, GemmModel
@@ -211,15 +211,26 @@ class GemmRefs:
     kern: Sequence[Row]
     extra: Sequence[Row]
     more: Sequence[Row]
+    blackwell: FamilyFit | None = None          # the B200 16-bit shape fit
 
     @property
     def fits(self) -> Mapping[str, FitResult]:
-        return {"gemm_hopper_16bit": self.hopper.fit, "gemm_a100_16bit": self.a100.fit}
+        out = {"gemm_hopper_16bit": self.hopper.fit, "gemm_a100_16bit": self.a100.fit}
+        if self.blackwell:
+            out["gemm_blackwell_16bit"] = self.blackwell.fit
+        return out
 
 
-def build_refs(kern: Sequence[Row], extra: Sequence[Row], more: Sequence[Row]) -> GemmRefs:
-    return GemmRefs(fit_hopper_bf16(kern, extra, more), fit_a100_16bit(kern, more), kern,
+def build_refs(kern: Sequence[Row], extra: Sequence[Row], more: Sequence[Row],
+               blackwell: Sequence[Row] | None = None) -> GemmRefs:
+    """Every family fit; ``blackwell``: the rows of ``gemm_blackwell.csv`` (read when not
+    given)."""
+    from .csvrows import load_rows
+    from .reference_blackwell import blackwell_fits
+    refs = GemmRefs(fit_hopper_bf16(kern, extra, more), fit_a100_16bit(kern, more), kern,
                     extra, more)
+    rows = load_rows("gemm_blackwell.csv") if blackwell is None else blackwell
+    return replace(refs, blackwell=blackwell_fits(rows, kern, extra, refs))
 
 
 def transferred_k_half(key: str, base_key: str, base: Coefficient, label: str) -> Coefficient:
@@ -389,33 +400,6 @@ def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
                                   "this is the pessimistic side" if key == "gb200" else "")))
 
 
-def blackwell_gemm(key: str, refs: GemmRefs) -> GemmModel:
-    """B200/GB200: level from their MAMF rows; shape terms transferred from the Hopper fit
-    (no Blackwell shape sweep in shared data); ceiling from the B200 MSMF row."""
-    h_eff, h_kh, h_launch = _family_coefs(refs.hopper, "h100-sxm", "")
-    gpu = BLACKWELL_MAMF[key]
-    fp8_row = mamf(refs.kern, gpu, "fp8")
-    kh = Coefficient(h_kh.value, "elements", (
-        "assumed: the Hopper fit's k_half as it is, for bf16 and fp8 alike. No Blackwell shape "
-        "sweep exists in the shared data; the datasheet-ratio transfer used for other GPUs "
-        f"(x tensor-rate/bandwidth per SM, x2 for fp8) would need eff_max > 1 to reach the "
-        f"{gpu} fp8 MAMF row at K={_shape(fp8_row)[2]} ({cite([fp8_row])}), so it is refuted, "
-        "and every Blackwell MAMF best shape sits at K 1024-3072 (kernels.csv lines 6-8, "
-        "12-14), which a larger k_half would not allow. Moves little: the sustained ceiling "
-        f"binds for most training shapes; {h_kh.source}"), h_kh.stderr)
-    kh8 = kh
-    launch = transferred(h_launch, key)
-    effs = {"bf16": solve_level([mamf(refs.kern, gpu, "bf16")], key, "bf16", kh.value,
-                                launch.value, f"MAMF bf16 best shape, {gpu}"),
-            "fp8": solve_level([mamf(refs.kern, gpu, "fp8")], key, "fp8", kh8.value,
-                               launch.value, f"MAMF fp8 e4m3 best shape, {gpu}")}
-    effs["fp16"] = _same(effs["bf16"], "fp16 = bf16 (same tensor-core rate)")
-    caps = {d: blackwell_cap(key, d, refs) for d in ("bf16", "fp8")}
-    return GemmModel(eff_max=effs, k_half=kh, launch_us=launch, tile_m=128, tile_n=128,
-                     tiles=CUBLAS_TILES, persistent=True, sustained_eff=caps,
-                     k_half_dtype={"fp8": kh8})
-
-
 def mi300x_gemm(refs: GemmRefs) -> GemmModel:
     key = "mi300x"
     h_eff, h_kh, h_launch = _family_coefs(refs.hopper, "h100-sxm", "")
@@ -440,6 +424,7 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
     if key in ("h100-sxm", "h200-sxm"):
         g = hopper_gemm(key, refs)
     elif key in BLACKWELL_MAMF:
+        from .reference_blackwell import blackwell_gemm
         g = blackwell_gemm(key, refs)
     elif key == "mi300x":
         g = mi300x_gemm(refs)
