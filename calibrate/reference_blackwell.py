@@ -1,7 +1,8 @@
 """Blackwell (B200 / GB200) GEMM model from Blackwell shape sweeps.
 
-``hardware_db/data/measurements/gemm_blackwell.csv`` holds three public sweeps (line
-numbers count the header as line 1):
+``hardware_db/data/measurements/gemm_sweeps.csv`` holds three public Blackwell sweeps
+(line numbers count the header as line 1; its XLA ``sm_90`` rows are a held-out check of
+the Hopper model, used by no fit):
 
 - Tilebench's B200 ``torch.matmul`` rows (bf16 LLM shapes at K=4096, fp16 M=N=4096 with K
   1024..20480, two runs each): CUDA-graph replays with a 64 MB L2-evicting write before

@@ -223,13 +223,13 @@ class GemmRefs:
 
 def build_refs(kern: Sequence[Row], extra: Sequence[Row], more: Sequence[Row],
                blackwell: Sequence[Row] | None = None) -> GemmRefs:
-    """Every family fit; ``blackwell``: the rows of ``gemm_blackwell.csv`` (read when not
+    """Every family fit; ``blackwell``: the rows of ``gemm_sweeps.csv`` (read when not
     given)."""
     from .csvrows import load_rows
     from .reference_blackwell import blackwell_fits
     refs = GemmRefs(fit_hopper_bf16(kern, extra, more), fit_a100_16bit(kern, more), kern,
                     extra, more)
-    rows = load_rows("gemm_blackwell.csv") if blackwell is None else blackwell
+    rows = load_rows("gemm_sweeps.csv") if blackwell is None else blackwell
     return replace(refs, blackwell=blackwell_fits(rows, kern, extra, refs))
 
 

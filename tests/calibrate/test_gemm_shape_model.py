@@ -108,7 +108,7 @@ def test_grouped_tiles_are_counted_per_group():
 
 
 def test_b200_squares_and_xla_table_held_out():
-    """Rows no fit uses (gemm_blackwell.csv): pytorch/ao #2427 bf16 squares on B200 (back to
+    """Rows no fit uses (gemm_sweeps.csv): pytorch/ao #2427 bf16 squares on B200 (back to
     back, so the model runs with its sustained ceiling) within 13 % at every size and within
     5 % from 4096 up; XLA's sm_100 table, whose mid-size kernels run 10-15 % below PyTorch's
     at the same shapes, sits 10-25 % below the model (bf16, every dimension >= 1024) -- the
@@ -116,7 +116,7 @@ def test_b200_squares_and_xla_table_held_out():
     from calibrate.csvrows import load_rows
     from calibrate.reference_blackwell import ao_squares, xla_check
     from calibrate.reference_gemm import _shape
-    rows = load_rows("gemm_blackwell.csv")
+    rows = load_rows("gemm_sweeps.csv")
     b200, pb = hardware_db.load_gpu("b200"), hardware_db.load_profile("b200")
     for r in ao_squares(rows):
         m, n, k = _shape(r)
@@ -125,6 +125,21 @@ def test_b200_squares_and_xla_table_held_out():
         assert abs(err) < (0.05 if m >= 4096 else 0.13), (m, err)
     signed, _, count = xla_check(rows, "bf16", lambda m, n, k: tflops(m, n, k, b200, pb))
     assert count == 27 and 10.0 < signed < 25.0
+
+
+def test_h100_model_against_the_xla_sm90_table():
+    """gemm_sweeps.csv XLA sm_90 rows (H100, calls back to back, XLA's kernel choice; no fit
+    uses them): for every dimension >= 2048 the Hopper model is within 10 % on average and
+    on the slow side (XLA 4096^3: 783 TF, above the H200 MSMF ceiling the model applies).
+    At 1024^3 and below the table's per-call floor (~6-9 us) is far above the model's
+    1.6 us kernel floor: a harness difference the model does not follow."""
+    from calibrate.csvrows import load_rows
+    from calibrate.reference_gemm import _shape
+    rows = [r for r in load_rows("gemm_sweeps.csv") if r.data["gpu"].startswith("sm_90")]
+    big = [r for r in rows if min(_shape(r)) >= 2048]
+    assert len(rows) == 125 and len(big) == 8
+    err = [tflops(*_shape(r), H100, PH) / float(r.data["value"]) - 1 for r in big]
+    assert -0.10 < sum(err) / len(err) < 0.0
 
 
 def test_gb200_linear_row_not_used_by_any_fit():
