@@ -9,8 +9,10 @@ the Hopper model, used by no fit):
   every call, which leaves the GPU at its burst clock (4096^3: 1572 TF), so no ceiling.
 - pytorch/ao PR #2427's bf16 ``nn.Linear`` squares 1024..8192 (profiler kernel time, calls
   back to back): the large ones sit at the B200's sustained (power-limited, MSMF) rate
-  (8192^3: 1420 TF against the MSMF 1424 TF), so they are fitted with the measured ceiling
-  applied (``GemmPoint.capped``).
+  (8192^3: 1420 TF against the MSMF 1424 TF, where Tilebench's burst rows reach 1650), read
+  as power-limited and fitted with the measured ceiling applied (``GemmPoint.capped``).
+  Fitted as burst rows instead, the result hardly moves (eff_max 0.682 both ways, floor 3.33
+  instead of 3.17 us, held-out 5.7 % instead of 5.5 %).
 - XLA's matmul performance table for ``sm_100`` (m, n, k 256..4096, bf16 and fp8, calls
   back to back, kernel chosen by XLA): not fitted. Its mid-size shapes run 10-15 % below
   the PyTorch/cuBLAS rows at the same shapes (2048^3: 986 TF vs 1130 in pytorch/ao), a
