@@ -112,15 +112,24 @@ def param_tensors(ops: list[Op]) -> int:
     return n
 
 
-def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile
-                    ) -> tuple[HostCost, HostCost]:
+def linear_calls(ops: list[Op]) -> int:
+    """Linear-module calls the forward ops ``ops`` stand for: one per GEMM with weights (a
+    grouped GEMM of experts is one call), none for the attention score GEMMs."""
+    return sum(1 for o in ops if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS
+               and o.has_weights)
+
+
+def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
+                    calls: int = 0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
-    ``layers`` layers holding ``tensors`` parameter tensors."""
+    ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
+    calls (``linear_calls``)."""
     fwd = bwd = 0.0
     for name in names:
         m = HOST.mechanisms[name]
-        fwd += layers * m.layer_fwd_eager_ops
-        bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops
+        fwd += layers * m.layer_fwd_eager_ops + calls * m.linear_call_extra_eager_ops
+        bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops \
+            + calls * m.linear_call_extra_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

@@ -15,6 +15,7 @@ from ..cost.host import (
     eager_host,
     first_op_share,
     layer_host,
+    linear_calls,
     mechanisms_host,
     param_tensors,
 )
@@ -203,7 +204,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
-    tensors = 0
+    tensors = calls = 0
     for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
         run = list(run)
         lf, cf, cb, cw = cache.get(run[0])
@@ -212,6 +213,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         wgrad.add_each(cw, len(run))
         all_fwd = lf
         tensors += len(run) * param_tensors(lf)
+        calls += len(run) * linear_calls(lf)
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(extra, prof, False, plan.host_mode)))
@@ -222,25 +224,28 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
         tensors += param_tensors(extra)
-    _add_per_param_work(fwd, (bwd, wgrad), params, len(layers), tensors, plan, cluster, prof,
-                        groups)
+        calls += linear_calls(extra)
+    _add_per_param_work(fwd, (bwd, wgrad), params, (len(layers), tensors, calls), plan,
+                        cluster, prof, groups)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
-def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float, layers: int,
-                        tensors: int, plan: Plan, cluster: ClusterSpec, prof: Profile,
-                        groups: dict[str, GroupPlacement]) -> None:
+def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float,
+                        counts: tuple[int, int, int], plan: Plan, cluster: ClusterSpec,
+                        prof: Profile, groups: dict[str, GroupPlacement]) -> None:
     """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
-    GEMM, and the framework's host mechanisms (hooks, loops) with their device copies;
-    added to each of ``bwds`` (the backward, and its W half, which runs it when split)."""
+    GEMM, and the framework's host mechanisms (hooks, loops, module overheads) with their
+    device copies; added to each of ``bwds`` (the backward, and its W half, which runs it
+    when split). ``counts``: the chunk's layers, parameter tensors and Linear calls."""
+    layers, tensors, calls = counts
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
     copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
     ops += copies_bwd
-    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof)
+    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls)
     if copies_fwd:
         fwd.add(pass_cost(copies_fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

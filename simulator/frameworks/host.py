@@ -42,6 +42,8 @@ class HostMechanism:
     bucket copies; FSDP2's all-gather copy-out and reduce-scatter copy-in), in
     ``device_kernels_per_layer_fwd`` / ``_bwd`` kernels per layer, or, where those are 0,
     ``device_kernels_per_tensor_bwd`` per parameter tensor;
+    ``linear_call_extra_eager_ops``: per Linear-module call, forward and again backward, the
+    host cost beyond an eager ``torch.nn.Linear`` (Transformer Engine's modules);
     ``lead_layers``: the host may run at most this many layers ahead of the device (FSDP's
     all-gather rate limiter), -1 = unbounded; ``sync_at_p2p``: the host waits for the device
     after every pipeline send/receive (Megatron's ``batch_p2p_sync``)."""
@@ -54,6 +56,7 @@ class HostMechanism:
     device_kernels_per_layer_fwd: float = 0.0
     device_kernels_per_layer_bwd: float = 0.0
     device_kernels_per_tensor_bwd: float = 0.0
+    linear_call_extra_eager_ops: float = 0.0
     lead_layers: int = -1
     sync_at_p2p: bool = False
     why: str = ""

@@ -161,3 +161,31 @@ def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
     assert with_framework(base, "torchtitan").host_mechanisms == ("fsdp2_unit",)
     assert with_framework(dataclasses.replace(base, zero_stage=1), "torchtitan",
                           {"zero_stage"}).host_mechanisms == ()
+
+
+def test_te_module_calls_cost_their_measured_host_ratio():
+    """Transformer Engine (Megatron-Core, NeMo): every Linear call costs 1.71 eager ops more
+    host time than a torch.nn.Linear, forward and backward -- the te.Linear / nn.Linear CPU
+    time ratio 2.71 of TE #2053 (host_overhead.csv lines 2-5) minus one. Per layer of
+    MODEL: qkv, attention out, MLP up and down = 4 calls (attention score GEMMs are not
+    Linear calls)."""
+    from simulator.cost.host import linear_calls
+    from simulator.parallel.framework_plan import with_framework
+    from simulator.workload.ops import LayerShape, layer_ops
+    assert linear_calls(layer_ops(MODEL, LayerShape(micro_batch=1, seq_len=128))) == 4
+    m = HOST.mechanisms["te_modules"]
+    ratios = (99.66 / 37.08, 90.53 / 33.17)
+    assert m.linear_call_extra_eager_ops == pytest.approx(sum(ratios) / 2 - 1, abs=0.01)
+    cl = hardware_db.build_cluster("h100-sxm", 2)
+    plain = Plan(dp=2, micro_batch=1, global_batch=2)
+    te = dataclasses.replace(plain, host_mechanisms=("te_modules",))
+    p = prof(10.0)
+    a = build_chunks(MODEL, plain, cl, p, place_groups(cl, plain))[0][0]
+    b = build_chunks(MODEL, te, cl, p, place_groups(cl, te))[0][0]
+    calls = 4 * MODEL.n_layers + 1                     # + the output layer (logits)
+    extra = calls * m.linear_call_extra_eager_ops * 10e-6
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(extra)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(extra)
+    base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
+    assert with_framework(base, "megatron-core").host_mechanisms == ("te_modules",)
+    assert with_framework(base, "megatron").host_mechanisms == ("megatron_p2p_sync",)
