@@ -245,7 +245,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
         ops.append(_grad_accumulation_op(params, plan))
     copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
     ops += copies_bwd
-    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls)
+    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
+                             plan.host_mode)
     if copies_fwd:
         fwd.add(pass_cost(copies_fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

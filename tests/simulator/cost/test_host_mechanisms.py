@@ -186,6 +186,11 @@ def test_te_module_calls_cost_their_measured_host_ratio():
     extra = calls * m.linear_call_extra_eager_ops * 10e-6
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(extra)
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(extra)
+    graphs = dataclasses.replace(te, host_mode="cuda_graphs")
+    plain_g = dataclasses.replace(plain, host_mode="cuda_graphs")
+    c = build_chunks(MODEL, graphs, cl, p, place_groups(cl, graphs))[0][0]
+    d = build_chunks(MODEL, plain_g, cl, p, place_groups(cl, plain_g))[0][0]
+    assert c.fwd.host_s == pytest.approx(d.fwd.host_s)     # a CUDA graph replays without it
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "megatron-core").host_mechanisms == ("te_modules",)
     assert with_framework(base, "megatron").host_mechanisms == ("megatron_p2p_sync",)
