@@ -32,7 +32,8 @@ from .csvrows import Row, cite, load_rows, select
 from .profile_io import write_profile
 from .reference_attention import AttentionRefs, attention_curves, build_attention_refs
 from .reference_data import ATTENTION, LAUNCH_SRC, LAUNCH_US
-from .reference_gemm import GemmRefs, build_refs, gemm_for
+from .reference_gemm import GemmRefs
+from .reference_gemm_build import build_refs, gemm_for
 from .reference_host import host_for
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,14 +18,13 @@ terms compute. CSV line numbers count the header as line 1.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from simulator.cost.kernels import gemm_time_core_s, tile_efficiency
 from simulator.hardware.profile import Coefficient, GemmModel
 
 from .csvrows import Row, cite, select
-from simulator.cost.kernels import gemm_time_core_s, tile_efficiency
-
 from .fit import FitResult, GemmPoint, fit_gemm, harness_param
 from .reference_data import DATASHEET
 
@@ -221,18 +220,6 @@ class GemmRefs:
         return out
 
 
-def build_refs(kern: Sequence[Row], extra: Sequence[Row], more: Sequence[Row],
-               blackwell: Sequence[Row] | None = None) -> GemmRefs:
-    """Every family fit; ``blackwell``: the rows of ``gemm_sweeps.csv`` (read when not
-    given)."""
-    from .csvrows import load_rows
-    from .reference_blackwell import blackwell_fits
-    refs = GemmRefs(fit_hopper_bf16(kern, extra, more), fit_a100_16bit(kern, more), kern,
-                    extra, more)
-    rows = load_rows("gemm_sweeps.csv") if blackwell is None else blackwell
-    return replace(refs, blackwell=blackwell_fits(rows, kern, extra, refs))
-
-
 def transferred_k_half(key: str, base_key: str, base: Coefficient, label: str) -> Coefficient:
     """``k_half`` carried to another GPU by datasheet ratios: per-tile fixed work is bound by
     memory traffic, so in k-loop units it grows with the tensor rate per SM and shrinks with
@@ -413,36 +400,6 @@ def mi300x_gemm(refs: GemmRefs) -> GemmModel:
     return GemmModel(eff_max=effs, k_half=kh, launch_us=launch, tile_m=128, tile_n=128,
                      tiles=CUBLAS_TILES, persistent=False,
                      sustained_eff={"bf16": cap, "fp16": _same(cap, "fp16 = bf16")})
-
-
-def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
-    """GemmModel per GPU: measured where a row exists, transferred (and said so) elsewhere."""
-    launch = hopper_launch(refs)
-    a100 = a100_gemm("a100-sxm-80gb", refs, transferred(launch, "A100"))
-    if key.startswith("a100"):
-        return a100 if key == "a100-sxm-80gb" else a100_gemm(key, refs, a100.launch_us)
-    if key in ("h100-sxm", "h200-sxm"):
-        g = hopper_gemm(key, refs)
-    elif key in BLACKWELL_MAMF:
-        from .reference_blackwell import blackwell_gemm
-        g = blackwell_gemm(key, refs)
-    elif key == "mi300x":
-        g = mi300x_gemm(refs)
-    else:                                          # V100: no GEMM row at all
-        why = "V100"
-        return GemmModel(eff_max={"fp16": transferred(a100.eff_max["bf16"], why),
-                                  "fp32": transferred(a100.eff_max["fp32"], why)},
-                         k_half=transferred(a100.k_half, why), launch_us=a100.launch_us,
-                         tile_m=128, tile_n=128, tiles=CUBLAS_TILES, persistent=False,
-                         sustained_eff={"fp16": transferred(a100.sustained_eff["bf16"], why)},
-                         grouped_eff=a100.grouped_eff)
-    effs = dict(g.eff_max)
-    for d in ("tf32", "fp32"):
-        effs[d] = transferred(a100.eff_max[d], key, f"{d}: only A100 rows")
-    return GemmModel(eff_max=effs, k_half=g.k_half, launch_us=g.launch_us, tile_m=g.tile_m,
-                     tile_n=g.tile_n, tiles=g.tiles, persistent=g.persistent,
-                     sustained_eff=g.sustained_eff, k_half_dtype=g.k_half_dtype,
-                     grouped_eff=g.grouped_eff or hopper_grouped(refs, key))
 
 
 def hopper_grouped(refs: GemmRefs, key: str) -> dict[str, Coefficient]:

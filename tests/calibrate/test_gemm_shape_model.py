@@ -13,7 +13,8 @@ import pytest
 import hardware_db
 from calibrate.csvrows import load_rows
 from calibrate.fit import fit_gemm, gemm_model
-from calibrate.reference_gemm import CUBLAS_TILES, build_refs
+from calibrate.reference_gemm import CUBLAS_TILES
+from calibrate.reference_gemm_build import build_refs
 from simulator.cost.kernels import gemm_time_s, tile_efficiency, wave_efficiency
 
 KERN, EXTRA, MORE = (load_rows(f) for f in ("kernels.csv", "kernels_extra.csv", "kernels_more.csv"))
@@ -51,10 +52,15 @@ def test_leave_one_out_over_the_hopper_rows():
 
 
 def _hopper_points():
-    from calibrate.reference_gemm import fit_hopper_bf16  # noqa: F401 (rows documented there)
-    from calibrate.reference_gemm import DO_BENCH, _bmm_point, _tf_point, mamf
     from calibrate.csvrows import select
     from calibrate.fit import GemmPoint
+    from calibrate.reference_gemm import (
+        DO_BENCH,
+        _bmm_point,
+        _tf_point,
+        fit_hopper_bf16,  # noqa: F401 (rows documented there)
+        mamf,
+    )
     sweep = select(EXTRA, lambda d: d["gpu"] == "H100 SXM" and "triton-lang" in d["source"])
     lin = select(MORE, lambda d: d["gpu"].startswith("H100 SXM (DGX)") and "Linear" in d["kernel"])
     bmm = select(MORE, lambda d: d["gpu"] == "H200" and "torch.bmm" in d["kernel"])
