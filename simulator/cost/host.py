@@ -141,14 +141,18 @@ def device_bytes_per_param_bwd(names: tuple[str, ...]) -> float:
     return sum(HOST.mechanisms[n].device_bytes_per_param_bwd for n in names)
 
 
-def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int
-                    ) -> tuple[list[Op], list[Op]]:
+def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int,
+                    shards: int = 2) -> tuple[list[Op], list[Op]]:
     """(forward, backward) device copies the mechanisms add to one chunk pass of ``layers``
     layers holding ``params`` parameters in ``tensors`` tensors: one bandwidth-bound op per
-    mechanism and pass, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels."""
+    mechanism and pass, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels.
+    With ``shards`` = 1 (nothing sharded) FSDP's gathers and their copies do not happen
+    (FSDP2 initialises the unsharded parameters in place: ``wait_for_unshard``)."""
     fwd: list[Op] = []
     bwd: list[Op] = []
     for name in names:
+        if shards <= 1 and name.startswith("fsdp"):
+            continue
         m = HOST.mechanisms[name]
         for out, nb, per_layer, pas in ((fwd, m.device_bytes_per_param_fwd,
                                          m.device_kernels_per_layer_fwd, "fwd"),

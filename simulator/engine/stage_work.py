@@ -243,7 +243,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
+    copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors,
+                                             plan.dp)
     ops += copies_bwd
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
                              plan.host_mode)

@@ -157,6 +157,8 @@ def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
         4.0 * b.params / bw + n * launch, rel=1e-9)
     assert b.bwd.compute_s - a.bwd.compute_s == pytest.approx(
         10.0 * b.params / bw + 2 * n * launch, rel=1e-9)
+    from simulator.cost.host import device_copy_ops
+    assert device_copy_ops(("fsdp2_unit",), 1e6, 2, 8, shards=1) == ([], [])
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "torchtitan").host_mechanisms == ("fsdp2_unit",)
     assert with_framework(dataclasses.replace(base, zero_stage=1), "torchtitan",
