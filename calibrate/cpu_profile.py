@@ -222,7 +222,7 @@ def separates_mn_half(pts: Sequence[GemmPoint]) -> bool:
     """Whether a sweep can tell the output-panel term from the k-loop term: at least
     ``MIN_MN_HALF_POINTS`` shapes whose smaller output dimension differs from their k (on
     cubes the two factors are one and the same)."""
-    return sum(min(p.m, p.n) != p.k for p in pts) >= MIN_MN_HALF_POINTS
+    return len({(p.m, p.n, p.k) for p in pts if min(p.m, p.n) != p.k}) >= MIN_MN_HALF_POINTS
 
 
 def _gemm(rows: Sequence[Mapping[str, Any]], mem_bw: float, threads: int

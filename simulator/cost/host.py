@@ -112,27 +112,36 @@ def param_tensors(ops: list[Op]) -> int:
     return n
 
 
+# GEMMs frameworks run outside their layer modules: Megatron-Core's MoE router (a plain
+# linear, workload.ops.moe_ops) and output layer (tensor_parallel.ColumnParallelLinear)
+PLAIN_LINEARS = ("router", "logits")
+
+
 def linear_calls(ops: list[Op]) -> int:
-    """Linear-module calls the forward ops ``ops`` stand for: one per GEMM with weights (a
-    grouped GEMM of experts is one call), none for the attention score GEMMs."""
-    return sum(1 for o in ops if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS
-               and o.has_weights)
+    """Layer-module Linear calls the forward ops ``ops`` stand for: one per GEMM with
+    weights (a grouped GEMM of experts is one call), none for the attention score GEMMs or
+    the plain linears outside the layer modules (``PLAIN_LINEARS``)."""
+    return sum(1 for o in ops if o.kind == OpKind.GEMM and o.has_weights
+               and o.name not in WEIGHTLESS_GEMMS + PLAIN_LINEARS)
 
 
 def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
-                    calls: int = 0, mode: str = "eager") -> tuple[HostCost, HostCost]:
+                    calls: int = 0, mode: str = "eager", recompute_calls: int = 0
+                    ) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
-    calls (``linear_calls``). Per-call module overhead scales with the launch ``mode`` like
-    any per-op cost (``op_scale``: a compiled region trims it, a CUDA graph replays without
-    it); hooks and loops run outside either and do not."""
+    calls (``linear_calls``), ``recompute_calls`` of them run again in backward (full
+    recompute). Per-call module overhead scales with the launch ``mode`` like any per-op
+    cost (``op_scale``: a compiled region trims it, a CUDA graph replays without it); hooks
+    and loops run outside either and do not."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
         m = HOST.mechanisms[name]
-        module = calls * m.linear_call_extra_eager_ops * scale
-        fwd += layers * m.layer_fwd_eager_ops + module
-        bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops + module
+        per_call = m.linear_call_extra_eager_ops * scale
+        fwd += layers * m.layer_fwd_eager_ops + calls * per_call
+        bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops \
+            + (calls + recompute_calls) * per_call
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 
@@ -141,18 +150,14 @@ def device_bytes_per_param_bwd(names: tuple[str, ...]) -> float:
     return sum(HOST.mechanisms[n].device_bytes_per_param_bwd for n in names)
 
 
-def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int,
-                    shards: int = 2) -> tuple[list[Op], list[Op]]:
+def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int
+                    ) -> tuple[list[Op], list[Op]]:
     """(forward, backward) device copies the mechanisms add to one chunk pass of ``layers``
     layers holding ``params`` parameters in ``tensors`` tensors: one bandwidth-bound op per
-    mechanism and pass, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels.
-    With ``shards`` = 1 (nothing sharded) FSDP's gathers and their copies do not happen
-    (FSDP2 initialises the unsharded parameters in place: ``wait_for_unshard``)."""
+    mechanism and pass, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels."""
     fwd: list[Op] = []
     bwd: list[Op] = []
     for name in names:
-        if shards <= 1 and name.startswith("fsdp"):
-            continue
         m = HOST.mechanisms[name]
         for out, nb, per_layer, pas in ((fwd, m.device_bytes_per_param_fwd,
                                          m.device_kernels_per_layer_fwd, "fwd"),
@@ -160,7 +165,8 @@ def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors:
                                          m.device_kernels_per_layer_bwd, "bwd")):
             if nb <= 0:
                 continue
-            k = per_layer * layers if per_layer > 0 else m.device_kernels_per_tensor_bwd * tensors
+            per_tensor = m.device_kernels_per_tensor_bwd if pas == "bwd" else 1.0
+            k = per_layer * layers if per_layer > 0 else per_tensor * tensors
             out.append(Op(f"{name}_{pas}_copies", OpKind.MEMORY, bytes_moved=params * nb,
                           kernels=max(1, round(k)), mem_kind="copy"))
     return fwd, bwd

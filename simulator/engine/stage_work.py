@@ -243,11 +243,11 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors,
-                                             plan.dp)
+    copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
     ops += copies_bwd
+    again = calls if plan.recompute == Recompute.FULL else 0
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
-                             plan.host_mode)
+                             plan.host_mode, again)
     if copies_fwd:
         fwd.add(pass_cost(copies_fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

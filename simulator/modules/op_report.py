@@ -73,7 +73,7 @@ def gemm_op_time_s(t: TracedOp, dtype: str, gpu: GPUSpec, prof: Profile) -> floa
     return gemm_time_core_s(o.batch * o.m, o.n, o.k, o.bytes_moved, peak,
                             gemm_efficiency(t, dtype, prof), g.k_half_for(dtype),
                             g.launch_us.value * 1e-6, wave, _mem_bw(gpu, prof),
-                            peak * g.sustained_for(dtype))
+                            peak * g.sustained_for(dtype), g.mn_half_value(), min(o.m, o.n))
 
 
 def op_time_s(t: TracedOp, gpu: GPUSpec, prof: Profile,
