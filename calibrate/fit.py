@@ -54,7 +54,6 @@ class GemmPoint:
     elem_bytes: int = 2
     groups: int = 1
     harness: str = ""
-    capped: bool = False          # ran at the power-limited clock (calls back to back)
 
     @property
     def flops(self) -> float:
@@ -67,10 +66,10 @@ class GemmPoint:
 
     @classmethod
     def from_tflops(cls, m: int, n: int, k: int, tflops: float, elem_bytes: int = 2,
-                    groups: int = 1, harness: str = "", capped: bool = False) -> "GemmPoint":
+                    groups: int = 1, harness: str = "") -> "GemmPoint":
         """A point reported as achieved TFLOP/s (10^12 FLOP/s)."""
         return cls(m, n, k, 2.0 * groups * m * n * k / (tflops * 1e12), elem_bytes, groups,
-                   harness, capped)
+                   harness)
 
 
 @dataclass(frozen=True)
@@ -258,23 +257,21 @@ def harness_param(harness: str) -> str:
 
 def gemm_model(peak_tflops: float, sm_count: int, mem_bw_gbytes_per_s: float,
                tile_m: int, tile_n: int, tiles: Sequence[tuple[int, int]] = (),
-               persistent: bool = False, cap_tflops: float = math.inf) -> Model:
+               persistent: bool = False) -> Model:
     """``simulator.cost.kernels.gemm_time_core_s`` (with ``tile_efficiency``) as a fit model.
 
-    Microbenchmark rows are short runs at boost clock: no sustained-clock ceiling, except on
-    points marked ``capped`` (a sweep whose calls ran back to back long enough to settle at
-    the power limit), which get ``cap_tflops``, the separately measured ceiling (MSMF). A
-    point from a harness uses that harness's fitted floor in place of ``launch_us``.
+    No sustained-clock ceiling: microbenchmark rows are short runs at boost clock; the
+    ceiling is a separate measurement (MSMF). A point from a harness uses that harness's
+    fitted floor in place of ``launch_us``.
     """
     shapes = tuple(tiles) or ((tile_m, tile_n),)
 
     def model(p: Mapping[str, float], r: GemmPoint) -> float:
         wave = tile_efficiency(r.m, r.n, shapes, sm_count, r.groups, persistent)
         t0 = p[harness_param(r.harness)] if r.harness else p["launch_us"]
-        cap = cap_tflops * 1e12 if r.capped else math.inf
         return gemm_time_core_s(r.groups * r.m, r.n, r.k, r.bytes_moved, peak_tflops * 1e12,
                                 p["eff_max"], p["k_half"], t0 * 1e-6, wave,
-                                mem_bw_gbytes_per_s * 1e9, cap, p.get(MN_HALF, 0.0),
+                                mem_bw_gbytes_per_s * 1e9, math.inf, p.get(MN_HALF, 0.0),
                                 min(r.m, r.n))
     return model
 
@@ -283,7 +280,7 @@ def fit_gemm(rows: Sequence[GemmPoint], gpu_peak_tflops: float, sm_count: int,
              mem_bw_gbytes_per_s: float, tile_m: int = 128, tile_n: int = 128,
              fixed: Mapping[str, float] | None = None, eff_max_upper: float = 1.0,
              tiles: Sequence[tuple[int, int]] = (), persistent: bool = False,
-             fit_mn_half: bool = False, cap_tflops: float = math.inf) -> FitResult:
+             fit_mn_half: bool = False) -> FitResult:
     """Fit ``eff_max`` (dimensionless), ``k_half`` (elements), ``launch_us`` (microseconds),
     plus one per-call floor ``t0_<harness>_us`` per timing harness among the rows.
 
@@ -294,7 +291,6 @@ def fit_gemm(rows: Sequence[GemmPoint], gpu_peak_tflops: float, sm_count: int,
     known peak (a CPU: pass peak 1.0) fit its asymptotic TFLOP/s as ``eff_max``.
     ``fit_mn_half`` also fits ``mn_half`` (elements, the output-panel saturation of a CPU
     BLAS, ``gemm_time_core_s``); it must be in ``fixed`` or fitted wherever it is used.
-    ``cap_tflops``: the sustained ceiling applied to points marked ``capped``.
     """
     harnesses = sorted({r.harness for r in rows if r.harness})
     extra = (MN_HALF,) if fit_mn_half or MN_HALF in (fixed or {}) else ()
@@ -304,7 +300,7 @@ def fit_gemm(rows: Sequence[GemmPoint], gpu_peak_tflops: float, sm_count: int,
                  (1e-4, 0.0, 0.0) + (0.0,) * len(extra) + (0.0,) * len(harnesses),
                  (eff_max_upper, 1e5, 1e5) + (1e4,) * len(extra) + (1e3,) * len(harnesses))
     model = gemm_model(gpu_peak_tflops, sm_count, mem_bw_gbytes_per_s, tile_m, tile_n, tiles,
-                       persistent, cap_tflops)
+                       persistent)
     starts = [{"k_half": 0.0, "launch_us": 1.0}, {"k_half": 2048.0, "launch_us": 20.0}]
     if extra:
         starts += [{"k_half": 16.0, "launch_us": 50.0, MN_HALF: 1.0},

@@ -210,13 +210,13 @@ class GemmRefs:
     kern: Sequence[Row]
     extra: Sequence[Row]
     more: Sequence[Row]
-    blackwell: FamilyFit | None = None          # the B200 16-bit shape fit
+    blackwell: Mapping[str, FamilyFit] | None = None   # B200 fits by dtype
 
     @property
     def fits(self) -> Mapping[str, FitResult]:
         out = {"gemm_hopper_16bit": self.hopper.fit, "gemm_a100_16bit": self.a100.fit}
         if self.blackwell:
-            out["gemm_blackwell_16bit"] = self.blackwell.fit
+            out.update({f"gemm_blackwell_{d}": f.fit for d, f in self.blackwell.items()})
         return out
 
 

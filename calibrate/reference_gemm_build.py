@@ -33,7 +33,7 @@ def build_refs(kern: Sequence[Row], extra: Sequence[Row], more: Sequence[Row],
     refs = GemmRefs(fit_hopper_bf16(kern, extra, more), fit_a100_16bit(kern, more), kern,
                     extra, more)
     rows = load_rows("gemm_sweeps.csv") if blackwell is None else blackwell
-    return replace(refs, blackwell=blackwell_fits(rows, kern, extra, refs))
+    return replace(refs, blackwell=blackwell_fits(rows, kern))
 
 
 
