@@ -82,13 +82,18 @@ def test_loader_reads_its_own_section():
     assert load_host(data) == HOST
 
 
-def test_ddp_copies_and_hooks_are_charged_per_backward():
-    cl = hardware_db.build_cluster("h100-sxm", 2)
-    plain = Plan(dp=2, micro_batch=1, global_batch=2)
-    ddp = dataclasses.replace(plain, host_mechanisms=("ddp_param_hooks",))
+def _chunk_pair(mechanisms: tuple[str, ...], gpus: int = 2, **plan_kw):
+    """The first chunk of MODEL without and with ``mechanisms`` (profile host 10 us/op)."""
+    cl = hardware_db.build_cluster("h100-sxm", gpus)
+    plain = Plan(dp=gpus, micro_batch=1, global_batch=gpus, **plan_kw)
+    withm = dataclasses.replace(plain, host_mechanisms=mechanisms)
     p = prof(10.0)
-    a = build_chunks(MODEL, plain, cl, p, place_groups(cl, plain))[0][0]
-    b = build_chunks(MODEL, ddp, cl, p, place_groups(cl, ddp))[0][0]
+    return tuple(build_chunks(MODEL, pl, cl, p, place_groups(cl, pl))[0][0]
+                 for pl in (plain, withm))
+
+
+def test_ddp_copies_and_hooks_are_charged_per_backward():
+    a, b = _chunk_pair(("ddp_param_hooks",))
     tensors = 4 * 6 + 3
     per = HOST.mechanisms["ddp_param_hooks"].param_tensor_bwd_eager_ops
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(tensors * per * 10e-6)
@@ -144,13 +149,9 @@ def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
     (copy-out + chunk-cat), bandwidth-bound, on top of the same plan without the mechanism;
     the unit hooks and copies are dropped when the plan does not shard (ZeRO < 3)."""
     from simulator.parallel.framework_plan import with_framework
-    cl = hardware_db.build_cluster("h100-sxm", 2)
-    plain = Plan(dp=2, micro_batch=1, global_batch=2, zero_stage=3)
-    fsdp2 = dataclasses.replace(plain, host_mechanisms=("fsdp2_unit",))
+    a, b = _chunk_pair(("fsdp2_unit",), zero_stage=3)
     p = prof(10.0)
-    a = build_chunks(MODEL, plain, cl, p, place_groups(cl, plain))[0][0]
-    b = build_chunks(MODEL, fsdp2, cl, p, place_groups(cl, fsdp2))[0][0]
-    bw = cl.gpu.mem_bw_gbytes_per_s * 1e9 * p.memory.eff("copy")
+    bw = hardware_db.load_gpu("h100-sxm").mem_bw_gbytes_per_s * 1e9 * p.memory.eff("copy")
     launch = p.memory.launch_us.value * 1e-6
     n = MODEL.n_layers
     assert b.fwd.compute_s - a.fwd.compute_s == pytest.approx(
@@ -176,25 +177,14 @@ def test_te_module_calls_cost_their_measured_host_ratio():
     m = HOST.mechanisms["te_modules"]
     ratios = (99.66 / 37.08, 90.53 / 33.17)
     assert m.linear_call_extra_eager_ops == pytest.approx(sum(ratios) / 2 - 1, abs=0.01)
-    cl = hardware_db.build_cluster("h100-sxm", 2)
-    plain = Plan(dp=2, micro_batch=1, global_batch=2)
-    te = dataclasses.replace(plain, host_mechanisms=("te_modules",))
-    p = prof(10.0)
-    a = build_chunks(MODEL, plain, cl, p, place_groups(cl, plain))[0][0]
-    b = build_chunks(MODEL, te, cl, p, place_groups(cl, te))[0][0]
+    a, b = _chunk_pair(("te_modules",))
     calls = 4 * MODEL.n_layers          # the output layer is a plain linear, not TE's
     extra = calls * m.linear_call_extra_eager_ops * 10e-6
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(extra)
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(extra)
-    full = dataclasses.replace(te, recompute="full")              # layers run again
-    plain_full = dataclasses.replace(plain, recompute="full")
-    e = build_chunks(MODEL, full, cl, p, place_groups(cl, full))[0][0]
-    f = build_chunks(MODEL, plain_full, cl, p, place_groups(cl, plain_full))[0][0]
+    f, e = _chunk_pair(("te_modules",), recompute="full")         # layers run again
     assert e.bwd.host_s - f.bwd.host_s == pytest.approx(2 * extra)
-    graphs = dataclasses.replace(te, host_mode="cuda_graphs")
-    plain_g = dataclasses.replace(plain, host_mode="cuda_graphs")
-    c = build_chunks(MODEL, graphs, cl, p, place_groups(cl, graphs))[0][0]
-    d = build_chunks(MODEL, plain_g, cl, p, place_groups(cl, plain_g))[0][0]
+    d, c = _chunk_pair(("te_modules",), host_mode="cuda_graphs")
     assert c.fwd.host_s == pytest.approx(d.fwd.host_s)     # a CUDA graph replays without it
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "megatron-core").host_mechanisms == ("te_modules",)
