@@ -150,26 +150,47 @@ def device_bytes_per_param_bwd(names: tuple[str, ...]) -> float:
     return sum(HOST.mechanisms[n].device_bytes_per_param_bwd for n in names)
 
 
+@dataclass(frozen=True)
+class DeviceCopies:
+    """Device copies the mechanisms add to one chunk pass: ``fwd``; in backward ``first``
+    (what the input-gradient pass needs before it can start: B of a split backward) and
+    ``rest`` (after the gradients exist: W's side)."""
+
+    fwd: list[Op]
+    first: list[Op]
+    rest: list[Op]
+
+
+def _copy_op(name: str, params: float, nb: float, kernels: float) -> list[Op]:
+    if nb <= 0:
+        return []
+    return [Op(name, OpKind.MEMORY, bytes_moved=params * nb, kernels=max(1, round(kernels)),
+               mem_kind="copy")]
+
+
 def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int
-                    ) -> tuple[list[Op], list[Op]]:
-    """(forward, backward) device copies the mechanisms add to one chunk pass of ``layers``
-    layers holding ``params`` parameters in ``tensors`` tensors: one bandwidth-bound op per
-    mechanism and pass, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels."""
-    fwd: list[Op] = []
-    bwd: list[Op] = []
+                    ) -> DeviceCopies:
+    """Device copies the mechanisms add to one chunk pass of ``layers`` layers holding
+    ``params`` parameters in ``tensors`` tensors: one bandwidth-bound op per mechanism and
+    part, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels (per layer where the
+    mechanism states per-layer kernels, else per tensor)."""
+    out = DeviceCopies([], [], [])
     for name in names:
         m = HOST.mechanisms[name]
-        for out, nb, per_layer, pas in ((fwd, m.device_bytes_per_param_fwd,
-                                         m.device_kernels_per_layer_fwd, "fwd"),
-                                        (bwd, m.device_bytes_per_param_bwd,
-                                         m.device_kernels_per_layer_bwd, "bwd")):
-            if nb <= 0:
-                continue
-            per_tensor = m.device_kernels_per_tensor_bwd if pas == "bwd" else 1.0
-            k = per_layer * layers if per_layer > 0 else per_tensor * tensors
-            out.append(Op(f"{name}_{pas}_copies", OpKind.MEMORY, bytes_moved=params * nb,
-                          kernels=max(1, round(k)), mem_kind="copy"))
-    return fwd, bwd
+        per_tensor = m.device_kernels_per_tensor_bwd * tensors
+
+        def k(per_layer: float, fallback: float) -> float:
+            return per_layer * layers if per_layer > 0 else fallback
+        first_k = k(m.device_kernels_per_layer_bwd_first, 0.0)
+        out.fwd.extend(_copy_op(f"{name}_fwd_copies", params, m.device_bytes_per_param_fwd,
+                                k(m.device_kernels_per_layer_fwd, tensors)))
+        out.first.extend(_copy_op(f"{name}_bwd_first_copies", params,
+                                  m.device_bytes_per_param_bwd_first, first_k))
+        out.rest.extend(_copy_op(
+            f"{name}_bwd_copies", params,
+            m.device_bytes_per_param_bwd - m.device_bytes_per_param_bwd_first,
+            k(m.device_kernels_per_layer_bwd, per_tensor) - first_k))
+    return out
 
 
 def lead_layers(names: tuple[str, ...]) -> int:

@@ -238,19 +238,23 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
     GEMM, and the framework's host mechanisms (hooks, loops, module overheads) with their
     device copies; added to each of ``bwds`` (the backward, and its W half, which runs it
-    when split). ``counts``: the chunk's layers, parameter tensors and Linear calls."""
+    when split), except the copies the input-gradient pass needs first, which go to the
+    whole backward only (so B carries them). ``counts``: the chunk's layers, parameter
+    tensors and Linear calls."""
     layers, tensors, calls = counts
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    copies_fwd, copies_bwd = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
-    ops += copies_bwd
+    copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
+    ops += copies.rest
     again = calls if plan.recompute == Recompute.FULL else 0
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
                              plan.host_mode, again)
-    if copies_fwd:
-        fwd.add(pass_cost(copies_fwd, cluster.gpu, prof, groups, plan.tp_overlap))
+    if copies.fwd:
+        fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))
+    if copies.first:           # the whole backward only: B (= backward - W) then has it
+        bwds[0].add(pass_cost(copies.first, cluster.gpu, prof, groups, plan.tp_overlap))
     for bwd in bwds:
         if ops:
             bwd.add(pass_cost(ops, cluster.gpu, prof, groups, plan.tp_overlap))

@@ -56,6 +56,10 @@ class HostMechanism:
     device_kernels_per_layer_fwd: float = 0.0
     device_kernels_per_layer_bwd: float = 0.0
     device_kernels_per_tensor_bwd: float = 0.0
+    # of the backward bytes / per-layer kernels: those the input-gradient pass needs first
+    # (B of a split backward: FSDP2's re-gather copy-out); the rest follow the gradients (W)
+    device_bytes_per_param_bwd_first: float = 0.0
+    device_kernels_per_layer_bwd_first: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
     lead_layers: int = -1
     sync_at_p2p: bool = False

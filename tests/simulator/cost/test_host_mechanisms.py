@@ -158,6 +158,12 @@ def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
         4.0 * b.params / bw + n * launch, rel=1e-9)
     assert b.bwd.compute_s - a.bwd.compute_s == pytest.approx(
         10.0 * b.params / bw + 2 * n * launch, rel=1e-9)
+    # split backward (zero-bubble): B carries the re-gather copy-out it needs first, W the
+    # chunk-cat that follows the weight gradients; B + W is the whole backward
+    assert b.wgrad.compute_s - a.wgrad.compute_s == pytest.approx(
+        6.0 * b.params / bw + n * launch, rel=1e-9)
+    b_part = (b.bwd.compute_s - b.wgrad.compute_s) - (a.bwd.compute_s - a.wgrad.compute_s)
+    assert b_part == pytest.approx(4.0 * b.params / bw + n * launch, rel=1e-9)
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "torchtitan").host_mechanisms == ("fsdp2_unit",)
     assert with_framework(dataclasses.replace(base, zero_stage=1), "torchtitan",

@@ -77,7 +77,8 @@ def test_fsdp2_copy_bytes_per_parameter_match_the_mechanism(monkeypatch, fake_wo
     assert moved[("chunk_cat", "bwd")] == pytest.approx(6.0 * total_params, rel=0.02)
     assert m.device_bytes_per_param_bwd == 4.0 + 6.0
     # the simulator's ops for this chunk carry those bytes (root's backward gather included)
-    fwd, bwd = device_copy_ops(("fsdp2_unit",), total_params, len(model.blocks), 0)
-    assert fwd[0].bytes_moved == pytest.approx(4.0 * total_params)
-    assert bwd[0].bytes_moved == pytest.approx(10.0 * total_params)
-    assert fwd[0].kernels == len(model.blocks) and bwd[0].kernels == 2 * len(model.blocks)
+    c = device_copy_ops(("fsdp2_unit",), total_params, len(model.blocks), 0)
+    assert c.fwd[0].bytes_moved == pytest.approx(4.0 * total_params)
+    assert c.first[0].bytes_moved == pytest.approx(4.0 * total_params)     # copy-out
+    assert c.rest[0].bytes_moved == pytest.approx(6.0 * total_params)      # chunk-cat
+    assert c.fwd[0].kernels == c.first[0].kernels == c.rest[0].kernels == len(model.blocks)
