@@ -269,6 +269,15 @@ def _grad_accumulation_op(params: float, plan: Plan) -> Op:
               mem_kind="elementwise")
 
 
+def grad_reduce_bytes(plan: Plan) -> int:
+    """fp32 main-grad reduction (Megatron, DeepSpeed); under FSDP mixed precision the
+    framework's reduce dtype (``MemoryConventions.fsdp_reduce_fp32``: fp32 in torchtitan /
+    FSDP2's usual policy, 16-bit in llm-foundry's PURE)."""
+    if plan.zero_stage >= 3:
+        return 4 if plan.precision.value == "fp32" or plan.memory.fsdp_reduce_fp32 else 2
+    return 4
+
+
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
@@ -276,7 +285,8 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     g = groups["dp"]
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
     ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs_cost = group_collective(Collective.REDUCE_SCATTER, w_bytes, g, prof)
+    rs_cost = group_collective(Collective.REDUCE_SCATTER, params * grad_reduce_bytes(plan), g,
+                               prof)
     ag, rs = ag_cost.time_s, rs_cost.time_s
     fwd.add_link_busy(ag_cost)
     bwd.add_link_busy(ag_cost)

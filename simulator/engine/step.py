@@ -23,7 +23,7 @@ from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
 from .events import Engine
-from .stage_work import ChunkWork
+from .stage_work import ChunkWork, grad_reduce_bytes
 
 
 def optimizer_bytes_per_param(plan: Plan) -> float:
@@ -57,13 +57,6 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     local = dense / shard + expert / eshard
     return memory_time_s(local * optimizer_bytes_per_param(plan), cluster.gpu, prof, kernels=4,
                          kind="optimizer")
-
-
-def grad_reduce_bytes(plan: Plan) -> int:
-    """fp32 main-grad reduction (Megatron, DeepSpeed); 16-bit under FSDP mixed precision."""
-    if plan.zero_stage >= 3:
-        return 4 if plan.precision.value == "fp32" else 2
-    return 4
 
 
 # Engine links a stage's communication tasks occupy: a task sits on the one its collective

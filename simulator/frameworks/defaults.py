@@ -102,6 +102,7 @@ class FrameworkMemory:
     dp_bucket_buffer_elements: float = 0.0
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
+    fsdp_reduce_fp32: bool = False           # FSDP reduce-scatters gradients in fp32
     optimizer_offload: bool = False
     fp8_primary_weights: bool = False
 

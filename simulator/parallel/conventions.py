@@ -60,6 +60,7 @@ class MemoryConventions:
     dp_bucket_buffer_elements: float = 0.0
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
+    fsdp_reduce_fp32: bool = False           # FSDP's reduce-scatter in fp32 (else 16-bit)
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -113,4 +114,4 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         fused_swiglu=fw.fused_swiglu, dropout=fw.dropout, dp_buckets=BucketKind(fw.dp_buckets),
         dp_bucket_buffer_elements=fw.dp_bucket_buffer_elements,
         fsdp_prefetch_layers=fw.fsdp_prefetch_layers, fsdp_root_resharded=fw.fsdp_root_resharded,
-        framework=fw.name)
+        fsdp_reduce_fp32=fw.fsdp_reduce_fp32, framework=fw.name)

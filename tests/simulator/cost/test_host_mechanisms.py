@@ -195,3 +195,16 @@ def test_te_module_calls_cost_their_measured_host_ratio():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "megatron-core").host_mechanisms == ("te_modules",)
     assert with_framework(base, "megatron").host_mechanisms == ("megatron_p2p_sync",)
+
+
+def test_fsdp_reduce_dtype_follows_the_framework():
+    """FSDP's reduce-scatter moves fp32 gradients under torchtitan / FSDP2's usual policy
+    (reduce_dtype=float32) and 16-bit ones under llm-foundry's PURE mixed precision."""
+    from simulator.engine.stage_work import grad_reduce_bytes
+    from simulator.parallel.framework_plan import with_framework
+    base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
+    assert grad_reduce_bytes(with_framework(base, "torchtitan")) == 4
+    assert grad_reduce_bytes(with_framework(base, "fsdp2")) == 4
+    assert grad_reduce_bytes(with_framework(base, "llm-foundry")) == 2
+    fp32 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp32")
+    assert grad_reduce_bytes(with_framework(fp32, "llm-foundry")) == 4
