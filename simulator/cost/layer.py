@@ -119,10 +119,10 @@ class PassCost:
         if other.segments:
             self._pending.append((list(other.segments), n))
 
-    def add_link_busy(self, cost: CollectiveCost) -> None:
-        """Count the seconds ``cost`` keeps each fabric tier busy."""
+    def add_link_busy(self, cost: CollectiveCost, times: float = 1.0) -> None:
+        """Count the seconds ``cost`` (run ``times`` times) keeps each fabric tier busy."""
         for tier, s in cost.tier_busy_s:
-            self.link_busy_s[tier] = self.link_busy_s.get(tier, 0.0) + s
+            self.link_busy_s[tier] = self.link_busy_s.get(tier, 0.0) + s * times
 
     def append(self, seg: Segment) -> None:
         """Add a segment at the end, merging it into a compute segment before it."""

@@ -245,7 +245,10 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors)
+    f = fsdp_per_step(plan) if plan.zero_stage >= 3 else 1.0
+    copies = device_copy_ops(plan.host_mechanisms, params * f, layers, tensors)
+    if f < 1.0:                          # no re-gather in backward (see fsdp_per_step)
+        copies = replace(copies, first=[])
     ops += copies.rest
     again = calls if plan.recompute == Recompute.FULL else 0
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
@@ -278,22 +281,36 @@ def grad_reduce_bytes(plan: Plan) -> int:
     return 4
 
 
+def fsdp_per_step(plan: Plan) -> float:
+    """Share of a micro-batch pass that FSDP's per-step gathers and reductions cost under
+    pipeline parallelism, else 1: torch's pipelining keeps FSDP's parameters unsharded and
+    its gradients unreduced until the step's last backward (``set_reshard_after_backward``
+    / ``set_requires_gradient_sync(False)`` per micro-batch, ``perform_reduce_grad`` after
+    all of them; torch/distributed/pipelining/stage.py), and torchtitan does not reshard
+    after forward when PP is on: one gather and one reduce per step, spread here evenly
+    over the micro-batches, and no re-gather in backward."""
+    return 1.0 / max(1, plan.num_microbatches) if plan.pp > 1 else 1.0
+
+
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
-    each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather."""
+    each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather.
+    Under pipeline parallelism once per step (``fsdp_per_step``)."""
     g = groups["dp"]
+    f = fsdp_per_step(plan)
+    regather = 1.0 if f == 1.0 else 0.0
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
     ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
     rs_cost = group_collective(Collective.REDUCE_SCATTER, params * grad_reduce_bytes(plan), g,
                                prof)
     ag, rs = ag_cost.time_s, rs_cost.time_s
-    fwd.add_link_busy(ag_cost)
-    bwd.add_link_busy(ag_cost)
-    bwd.add_link_busy(rs_cost)
-    first_layer = ag / max(1, n_layers)
-    for pc, comm, what in ((fwd, ag, "fsdp all-gather"),
-                           (bwd, ag + rs, "fsdp all-gather + reduce-scatter")):
+    fwd.add_link_busy(ag_cost, f)
+    bwd.add_link_busy(ag_cost, regather)
+    bwd.add_link_busy(rs_cost, f)
+    first_layer = f * ag / max(1, n_layers)
+    for pc, comm, what in ((fwd, f * ag, "fsdp all-gather"),
+                           (bwd, regather * ag + f * rs, "fsdp all-gather + reduce-scatter")):
         busy = pc.total_s
         exposed = max(0.0, comm - busy) + first_layer
         slowed = interference_s(min(comm, busy), prof)

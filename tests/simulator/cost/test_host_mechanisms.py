@@ -208,3 +208,27 @@ def test_fsdp_reduce_dtype_follows_the_framework():
     assert grad_reduce_bytes(with_framework(base, "llm-foundry")) == 2
     fp32 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp32")
     assert grad_reduce_bytes(with_framework(fp32, "llm-foundry")) == 4
+
+
+def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
+    """torch pipelining keeps FSDP unsharded and unreduced until the step's last backward
+    (stage.py: set_reshard_after_backward / set_requires_gradient_sync False per
+    micro-batch, perform_reduce_grad after all): the gather, the reduce-scatter and FSDP2's
+    copies cost 1/m of a micro-batch pass each, and nothing is re-gathered in backward."""
+    from simulator.engine.stage_work import fsdp_per_step
+    cl = hardware_db.build_cluster("h100-sxm", 4)
+    p = prof(10.0)
+    plans = [Plan(dp=2, pp=pp, micro_batch=1, global_batch=8, zero_stage=3,
+                  host_mechanisms=mech) for pp in (1, 2) for mech in ((), ("fsdp2_unit",))]
+    assert fsdp_per_step(plans[2]) == pytest.approx(1 / 4) and fsdp_per_step(plans[0]) == 1.0
+    ch = [build_chunks(MODEL, pl, cl, p, place_groups(cl, pl))[0][0] for pl in plans]
+    bw = cl.gpu.mem_bw_gbytes_per_s * 1e9 * p.memory.eff("copy")
+    launch = p.memory.launch_us.value * 1e-6
+    pp1_fwd = ch[1].fwd.compute_s - ch[0].fwd.compute_s
+    assert pp1_fwd == pytest.approx(4.0 * ch[1].params / bw + MODEL.n_layers * launch)
+    pp2_fwd = ch[3].fwd.compute_s - ch[2].fwd.compute_s          # 1/4 of the bytes
+    pp2_bwd = ch[3].bwd.compute_s - ch[2].bwd.compute_s          # chunk-cat only, 1/4
+    layers = len(ch[3].layers)
+    assert pp2_fwd == pytest.approx(4.0 * ch[3].params / 4 / bw + layers * launch)
+    assert pp2_bwd == pytest.approx(6.0 * ch[3].params / 4 / bw + layers * launch)
+    assert ch[2].bwd.comm_s["dp"] < ch[0].bwd.comm_s["dp"]
