@@ -232,3 +232,17 @@ def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
     assert pp2_fwd == pytest.approx(4.0 * ch[3].params / 4 / bw + layers * launch)
     assert pp2_bwd == pytest.approx(6.0 * ch[3].params / 4 / bw + layers * launch)
     assert ch[2].bwd.comm_s["dp"] < ch[0].bwd.comm_s["dp"]
+
+
+def test_fsdp_under_pipeline_parallelism_holds_the_stage_gathered():
+    """Memory: with PP nothing is resharded or reduced until the last backward, so the
+    stage's parameters stay gathered (compute dtype) and its unsharded gradients
+    accumulate (reduce dtype) at every moment of the step."""
+    from simulator.memory.accounting import fsdp_transient_bytes
+    from simulator.parallel.framework_plan import with_framework
+    cl = hardware_db.build_cluster("h100-sxm", 4)
+    pl = with_framework(Plan(dp=2, pp=2, micro_batch=1, global_batch=8, precision="bf16"),
+                        "torchtitan")
+    chunks = build_chunks(MODEL, pl, cl, BASE, place_groups(cl, pl))[0]
+    held = sum(c.memory.params for c in chunks) * (2 + 4)
+    assert fsdp_transient_bytes([c.memory for c in chunks], pl) == (held, held, held)
