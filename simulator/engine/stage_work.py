@@ -245,9 +245,9 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    f = fsdp_per_step(plan) if plan.zero_stage >= 3 else 1.0
+    f = fsdp_per_step(plan)
     copies = device_copy_ops(plan.host_mechanisms, params * f, layers, tensors)
-    if f < 1.0:                          # no re-gather in backward (see fsdp_per_step)
+    if fsdp_once_per_step(plan):         # no re-gather in backward
         copies = replace(copies, first=[])
     ops += copies.rest
     again = calls if plan.recompute == Recompute.FULL else 0
@@ -281,39 +281,51 @@ def grad_reduce_bytes(plan: Plan) -> int:
     return 4
 
 
+def fsdp_once_per_step(plan: Plan) -> bool:
+    """FSDP gathers once and reduces once per step: pipeline parallelism under a framework
+    that keeps parameters gathered across micro-batches (``MemoryConventions.
+    fsdp_pp_once_per_step``: torchtitan sets ``reshard_after_forward = not pp_enabled``;
+    torch pipelining turns ``set_reshard_after_backward`` and gradient sync off for every
+    micro-batch and reduces in ``perform_reduce_grad`` after the last backward,
+    torch/distributed/pipelining/stage.py)."""
+    return plan.zero_stage >= 3 and plan.pp > 1 and plan.memory.fsdp_pp_once_per_step
+
+
 def fsdp_per_step(plan: Plan) -> float:
-    """Share of a micro-batch pass that FSDP's per-step gathers and reductions cost under
-    pipeline parallelism, else 1: torch's pipelining keeps FSDP's parameters unsharded and
-    its gradients unreduced until the step's last backward (``set_reshard_after_backward``
-    / ``set_requires_gradient_sync(False)`` per micro-batch, ``perform_reduce_grad`` after
-    all of them; torch/distributed/pipelining/stage.py), and torchtitan does not reshard
-    after forward when PP is on: one gather and one reduce per step, spread here evenly
-    over the micro-batches, and no re-gather in backward."""
-    return 1.0 / max(1, plan.num_microbatches) if plan.pp > 1 else 1.0
+    """Share of a micro-batch pass that FSDP's once-per-step gather costs: 1/m under
+    ``fsdp_once_per_step`` (spread evenly over the micro-batches), else 1."""
+    return 1.0 / max(1, plan.num_microbatches) if fsdp_once_per_step(plan) else 1.0
 
 
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
     each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather.
-    Under pipeline parallelism once per step (``fsdp_per_step``)."""
+    Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
+    forwards, no re-gather in backward, and the reduce-scatter exposed (the final
+    post-backward callback makes the compute stream wait for it), spread likewise."""
     g = groups["dp"]
+    once = fsdp_once_per_step(plan)
     f = fsdp_per_step(plan)
-    regather = 1.0 if f == 1.0 else 0.0
+    regather = 0.0 if once else 1.0
     w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
+    r_bytes = params * grad_reduce_bytes(plan)
     ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs_cost = group_collective(Collective.REDUCE_SCATTER, params * grad_reduce_bytes(plan), g,
-                               prof)
+    rs_cost = group_collective(Collective.REDUCE_SCATTER, r_bytes, g, prof)
     ag, rs = ag_cost.time_s, rs_cost.time_s
     fwd.add_link_busy(ag_cost, f)
     bwd.add_link_busy(ag_cost, regather)
     bwd.add_link_busy(rs_cost, f)
     first_layer = f * ag / max(1, n_layers)
-    for pc, comm, what in ((fwd, f * ag, "fsdp all-gather"),
-                           (bwd, regather * ag + f * rs, "fsdp all-gather + reduce-scatter")):
+    what_bwd = "fsdp reduce-scatter (once per step)" if once else \
+        "fsdp all-gather + reduce-scatter"
+    for pc, comm, what, nbytes, lead in (
+            (fwd, f * ag, "fsdp all-gather", f * w_bytes, first_layer),
+            (bwd, regather * ag + f * rs, what_bwd, regather * w_bytes + f * r_bytes,
+             regather * first_layer)):
         busy = pc.total_s
-        exposed = max(0.0, comm - busy) + first_layer
+        exposed = (f * rs if pc is bwd and once else max(0.0, comm - busy)) + lead
         slowed = interference_s(min(comm, busy), prof)
         pc.interference_s += slowed
         pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed
-        pc.segments.insert(0, Segment(what, "dp", exposed, comm, group_links(g), w_bytes, slowed))
+        pc.segments.insert(0, Segment(what, "dp", exposed, comm, group_links(g), nbytes, slowed))

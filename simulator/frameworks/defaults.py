@@ -103,6 +103,7 @@ class FrameworkMemory:
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
     fsdp_reduce_fp32: bool = False           # FSDP reduce-scatters gradients in fp32
+    fsdp_pp_once_per_step: bool = False      # with PP, FSDP gathers / reduces once per step
     optimizer_offload: bool = False
     fp8_primary_weights: bool = False
 

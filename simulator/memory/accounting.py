@@ -203,17 +203,18 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     reduce-scatter (torch FSDP2 ``_fsdp_param_group.post_backward``), after it frees
     its own gathered parameters. The largest layer stands for every layer.
 
-    Under pipeline parallelism nothing is resharded or reduced until the step's last
-    backward (torch pipelining: ``set_reshard_after_backward`` /
-    ``set_requires_gradient_sync(False)`` per micro-batch; torchtitan does not reshard after
-    forward with PP): the stage's parameters stay gathered and its unsharded gradients
-    accumulate, both for the whole stage, at every moment."""
+    Under pipeline parallelism with ``fsdp_pp_once_per_step`` (torchtitan) nothing is
+    resharded or reduced until the step's last backward (torch pipelining:
+    ``set_reshard_after_backward`` / ``set_requires_gradient_sync(False)`` per micro-batch;
+    no reshard after forward): the stage's parameters stay gathered and its unsharded
+    gradients accumulate in the reduce dtype, both for the whole stage, at every moment."""
     if plan.zero_stage < 3:
         return 0.0, 0.0, 0.0
     c, pb = plan.memory, _compute_param_bytes(plan)
     g = 4.0 if plan.precision == Dtype.FP32 else float(c.grad_dtype.bytes)
-    if plan.pp > 1:
-        held = sum(ch.params for ch in chunks) * (pb + g)
+    if plan.pp > 1 and c.fsdp_pp_once_per_step:
+        reduce_bytes = 4.0 if plan.precision == Dtype.FP32 or c.fsdp_reduce_fp32 else pb
+        held = sum(ch.params for ch in chunks) * (pb + reduce_bytes)
         return held, held, held
     root = 0.0 if c.fsdp_root_resharded else pb * sum(ch.edge_params for ch in chunks)
     layer = max(ch.max_layer_params for ch in chunks)

@@ -61,6 +61,7 @@ class MemoryConventions:
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
     fsdp_reduce_fp32: bool = False           # FSDP's reduce-scatter in fp32 (else 16-bit)
+    fsdp_pp_once_per_step: bool = False      # with PP: gather / reduce once per step
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -114,4 +115,5 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         fused_swiglu=fw.fused_swiglu, dropout=fw.dropout, dp_buckets=BucketKind(fw.dp_buckets),
         dp_bucket_buffer_elements=fw.dp_bucket_buffer_elements,
         fsdp_prefetch_layers=fw.fsdp_prefetch_layers, fsdp_root_resharded=fw.fsdp_root_resharded,
-        fsdp_reduce_fp32=fw.fsdp_reduce_fp32, framework=fw.name)
+        fsdp_reduce_fp32=fw.fsdp_reduce_fp32, fsdp_pp_once_per_step=fw.fsdp_pp_once_per_step,
+        framework=fw.name)

@@ -210,28 +210,45 @@ def test_fsdp_reduce_dtype_follows_the_framework():
     assert grad_reduce_bytes(with_framework(fp32, "llm-foundry")) == 4
 
 
+def _pp_chunks(framework: str, mech: tuple[str, ...], pp: int = 2):
+    """Stage 0's first chunk of MODEL on 4 H100 (dp 2 x pp 2, 4 micro-batches) under
+    ``framework``'s conventions with host mechanisms ``mech``."""
+    from simulator.parallel.framework_plan import with_framework
+    cl = hardware_db.build_cluster("h100-sxm", 2 * pp)
+    base = Plan(dp=2, pp=pp, micro_batch=1, global_batch=8, precision="bf16")
+    pl = dataclasses.replace(with_framework(base, framework), host_mechanisms=mech)
+    return pl, build_chunks(MODEL, pl, cl, prof(10.0), place_groups(cl, pl))[0][0]
+
+
 def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
-    """torch pipelining keeps FSDP unsharded and unreduced until the step's last backward
-    (stage.py: set_reshard_after_backward / set_requires_gradient_sync False per
-    micro-batch, perform_reduce_grad after all): the gather, the reduce-scatter and FSDP2's
-    copies cost 1/m of a micro-batch pass each, and nothing is re-gathered in backward."""
-    from simulator.engine.stage_work import fsdp_per_step
-    cl = hardware_db.build_cluster("h100-sxm", 4)
+    """torchtitan on torch pipelining (stage.py: set_reshard_after_backward /
+    set_requires_gradient_sync False per micro-batch, perform_reduce_grad after all; no
+    reshard after forward with PP): the gather and the reduce-scatter happen once per step
+    (1/m of a pass each, m = 4), nothing is re-gathered in backward, FSDP2's copies follow,
+    and the reduce-scatter is exposed. Frameworks without the convention keep gathering
+    and reducing every micro-batch."""
+    from simulator.engine.stage_work import fsdp_once_per_step, fsdp_per_step
+    pl, a = _pp_chunks("torchtitan", ())
+    _, b = _pp_chunks("torchtitan", ("fsdp2_unit",))
+    assert fsdp_once_per_step(pl) and fsdp_per_step(pl) == pytest.approx(1 / 4)
     p = prof(10.0)
-    plans = [Plan(dp=2, pp=pp, micro_batch=1, global_batch=8, zero_stage=3,
-                  host_mechanisms=mech) for pp in (1, 2) for mech in ((), ("fsdp2_unit",))]
-    assert fsdp_per_step(plans[2]) == pytest.approx(1 / 4) and fsdp_per_step(plans[0]) == 1.0
-    ch = [build_chunks(MODEL, pl, cl, p, place_groups(cl, pl))[0][0] for pl in plans]
-    bw = cl.gpu.mem_bw_gbytes_per_s * 1e9 * p.memory.eff("copy")
+    bw = hardware_db.load_gpu("h100-sxm").mem_bw_gbytes_per_s * 1e9 * p.memory.eff("copy")
     launch = p.memory.launch_us.value * 1e-6
-    pp1_fwd = ch[1].fwd.compute_s - ch[0].fwd.compute_s
-    assert pp1_fwd == pytest.approx(4.0 * ch[1].params / bw + MODEL.n_layers * launch)
-    pp2_fwd = ch[3].fwd.compute_s - ch[2].fwd.compute_s          # 1/4 of the bytes
-    pp2_bwd = ch[3].bwd.compute_s - ch[2].bwd.compute_s          # chunk-cat only, 1/4
-    layers = len(ch[3].layers)
-    assert pp2_fwd == pytest.approx(4.0 * ch[3].params / 4 / bw + layers * launch)
-    assert pp2_bwd == pytest.approx(6.0 * ch[3].params / 4 / bw + layers * launch)
-    assert ch[2].bwd.comm_s["dp"] < ch[0].bwd.comm_s["dp"]
+    layers = len(b.layers)
+    assert b.fwd.compute_s - a.fwd.compute_s == pytest.approx(
+        4.0 * b.params / 4 / bw + layers * launch)
+    assert b.bwd.compute_s - a.bwd.compute_s == pytest.approx(       # chunk-cat only
+        6.0 * b.params / 4 / bw + layers * launch)
+    # per-micro-batch FSDP (llm-foundry's FSDP1 conventions) under the same PP plan
+    other, c = _pp_chunks("llm-foundry", ())
+    assert not fsdp_once_per_step(other)
+    nic = [k for k in c.bwd.link_busy_s if k != "scale-up"] or list(c.bwd.link_busy_s)
+    ratio = sum(a.bwd.link_busy_s[k] for k in nic) / sum(c.bwd.link_busy_s[k] for k in nic)
+    # torchtitan: no all-gather, 1/4 of a 4-byte reduce-scatter; llm-foundry: a 2-byte
+    # all-gather and a 2-byte reduce-scatter every micro-batch
+    assert ratio == pytest.approx((4 / 4) / (2 + 2), rel=0.05)
+    rs = [seg for seg in a.bwd.segments if seg.name.startswith("fsdp reduce-scatter")]
+    assert rs and a.bwd.comm_s["dp"] == pytest.approx(rs[0].exposed_s)
 
 
 def test_fsdp_under_pipeline_parallelism_holds_the_stage_gathered():
@@ -239,10 +256,8 @@ def test_fsdp_under_pipeline_parallelism_holds_the_stage_gathered():
     stage's parameters stay gathered (compute dtype) and its unsharded gradients
     accumulate (reduce dtype) at every moment of the step."""
     from simulator.memory.accounting import fsdp_transient_bytes
-    from simulator.parallel.framework_plan import with_framework
-    cl = hardware_db.build_cluster("h100-sxm", 4)
-    pl = with_framework(Plan(dp=2, pp=2, micro_batch=1, global_batch=8, precision="bf16"),
-                        "torchtitan")
-    chunks = build_chunks(MODEL, pl, cl, BASE, place_groups(cl, pl))[0]
-    held = sum(c.memory.params for c in chunks) * (2 + 4)
-    assert fsdp_transient_bytes([c.memory for c in chunks], pl) == (held, held, held)
+    pl, ch = _pp_chunks("torchtitan", ())
+    held = ch.memory.params * (2 + 4)                  # bf16 gathered + fp32 accumulated
+    assert fsdp_transient_bytes([ch.memory], pl) == (held, held, held)
+    other, oc = _pp_chunks("llm-foundry", ())
+    assert fsdp_transient_bytes([oc.memory], other)[0] < held
