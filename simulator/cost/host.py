@@ -168,13 +168,22 @@ def _copy_op(name: str, params: float, nb: float, kernels: float) -> list[Op]:
                mem_kind="copy")]
 
 
-def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int
-                    ) -> DeviceCopies:
+def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors: int,
+                    accumulate_over: int = 0) -> DeviceCopies:
     """Device copies the mechanisms add to one chunk pass of ``layers`` layers holding
     ``params`` parameters in ``tensors`` tensors: one bandwidth-bound op per mechanism and
     part, ``device_bytes_per_param_*`` x ``params`` bytes in its kernels (per layer where the
-    mechanism states per-layer kernels, else per tensor)."""
+    mechanism states per-layer kernels, else per tensor).
+
+    ``accumulate_over`` = m > 0: FSDP gathers once and reduces once per step over m
+    micro-batches (``stage_work.fsdp_once_per_step``): the gather's copies cost 1/m per
+    pass, nothing is re-gathered in backward, every backward accumulates the unsharded
+    gradients (``device_bytes_per_param_accumulate_first`` on the first micro-batch,
+    ``device_bytes_per_param_accumulate`` on the others, per tensor) and the reduce's copy
+    reads the accumulated ones (``device_bytes_per_param_bwd_accumulated``), 1/m per pass."""
     out = DeviceCopies([], [], [])
+    m_steps = max(1, accumulate_over)
+    share = 1.0 / m_steps
     for name in names:
         m = HOST.mechanisms[name]
         per_tensor = m.device_kernels_per_tensor_bwd * tensors
@@ -182,14 +191,21 @@ def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors:
         def k(per_layer: float, fallback: float) -> float:
             return per_layer * layers if per_layer > 0 else fallback
         first_k = k(m.device_kernels_per_layer_bwd_first, 0.0)
-        out.fwd.extend(_copy_op(f"{name}_fwd_copies", params, m.device_bytes_per_param_fwd,
+        rest_k = k(m.device_kernels_per_layer_bwd, per_tensor) - first_k
+        rest_b = m.device_bytes_per_param_bwd - m.device_bytes_per_param_bwd_first
+        out.fwd.extend(_copy_op(f"{name}_fwd_copies", params * share,
+                                m.device_bytes_per_param_fwd,
                                 k(m.device_kernels_per_layer_fwd, tensors)))
-        out.first.extend(_copy_op(f"{name}_bwd_first_copies", params,
-                                  m.device_bytes_per_param_bwd_first, first_k))
-        out.rest.extend(_copy_op(
-            f"{name}_bwd_copies", params,
-            m.device_bytes_per_param_bwd - m.device_bytes_per_param_bwd_first,
-            k(m.device_kernels_per_layer_bwd, per_tensor) - first_k))
+        if accumulate_over <= 0:
+            out.first.extend(_copy_op(f"{name}_bwd_first_copies", params,
+                                      m.device_bytes_per_param_bwd_first, first_k))
+            out.rest.extend(_copy_op(f"{name}_bwd_copies", params, rest_b, rest_k))
+            continue
+        acc = (m.device_bytes_per_param_accumulate_first
+               + m.device_bytes_per_param_accumulate * (m_steps - 1)) / m_steps
+        out.rest.extend(_copy_op(f"{name}_grad_accumulate", params, acc, tensors))
+        out.rest.extend(_copy_op(f"{name}_bwd_copies", params * share,
+                                 m.device_bytes_per_param_bwd_accumulated or rest_b, rest_k))
     return out
 
 

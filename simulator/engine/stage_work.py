@@ -245,10 +245,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    f = fsdp_per_step(plan)
-    copies = device_copy_ops(plan.host_mechanisms, params * f, layers, tensors)
-    if fsdp_once_per_step(plan):         # no re-gather in backward
-        copies = replace(copies, first=[])
+    once = plan.num_microbatches if fsdp_once_per_step(plan) else 0
+    copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
     ops += copies.rest
     again = calls if plan.recompute == Recompute.FULL else 0
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,

@@ -60,6 +60,11 @@ class HostMechanism:
     # (B of a split backward: FSDP2's re-gather copy-out); the rest follow the gradients (W)
     device_bytes_per_param_bwd_first: float = 0.0
     device_kernels_per_layer_bwd_first: float = 0.0
+    # with gradient sync off across micro-batches (FSDP under PP): unsharded gradients
+    # accumulated per backward (first one / later ones) and the reduce's copy of them
+    device_bytes_per_param_accumulate_first: float = 0.0
+    device_bytes_per_param_accumulate: float = 0.0
+    device_bytes_per_param_bwd_accumulated: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
     lead_layers: int = -1
     sync_at_p2p: bool = False

@@ -237,8 +237,20 @@ def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
     layers = len(b.layers)
     assert b.fwd.compute_s - a.fwd.compute_s == pytest.approx(
         4.0 * b.params / 4 / bw + layers * launch)
-    assert b.bwd.compute_s - a.bwd.compute_s == pytest.approx(       # chunk-cat only
-        6.0 * b.params / 4 / bw + layers * launch)
+    # backward: the unsharded gradients accumulated every micro-batch (6 B on the first,
+    # 10 B on the three others: 9 B/param on average, one kernel per tensor) and 1/4 of
+    # the chunk-cat, which now reads fp32 (8 B/param)
+    from simulator.cost.host import device_copy_ops, param_tensors
+    from simulator.workload.ops import LayerShape, embedding_ops, layer_ops
+    sh = LayerShape(micro_batch=1, seq_len=MODEL.seq_len)
+    tensors = layers * param_tensors(layer_ops(MODEL, sh)) + param_tensors(
+        embedding_ops(MODEL, sh))                  # stage 0: the layers and the embedding
+    c = device_copy_ops(("fsdp2_unit",), b.params, layers, tensors, accumulate_over=4)
+    assert not c.first and [o.bytes_moved for o in c.rest] == pytest.approx(
+        [9.0 * b.params, 8.0 * b.params / 4])
+    assert [o.kernels for o in c.rest] == [tensors, layers]
+    assert b.bwd.compute_s - a.bwd.compute_s == pytest.approx(
+        (9.0 + 2.0) * b.params / bw + (tensors + layers) * launch)
     # per-micro-batch FSDP (llm-foundry's FSDP1 conventions) under the same PP plan
     other, c = _pp_chunks("llm-foundry", ())
     assert not fsdp_once_per_step(other)
