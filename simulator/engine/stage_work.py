@@ -35,7 +35,7 @@ from ..network.collectives import Collective
 from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
-from ..parallel.schedule import Part, Unit, chunk_parts
+from ..parallel.schedule import Part, Unit, chunk_parts, chunk_share
 from ..workload.ops import (
     LayerShape,
     Op,
@@ -245,7 +245,7 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
-    once = plan.num_microbatches if fsdp_once_per_step(plan) else 0
+    once = chunk_passes(plan) if fsdp_once_per_step(plan) else 0
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
     ops += copies.rest
     again = calls if plan.recompute == Recompute.FULL else 0
@@ -289,10 +289,15 @@ def fsdp_once_per_step(plan: Plan) -> bool:
     return plan.zero_stage >= 3 and plan.pp > 1 and plan.memory.fsdp_pp_once_per_step
 
 
+def chunk_passes(plan: Plan) -> int:
+    """Micro-batch passes each chunk runs per step (DualPipe: half of them per copy)."""
+    return max(1, round(plan.num_microbatches * chunk_share(plan.schedule)))
+
+
 def fsdp_per_step(plan: Plan) -> float:
-    """Share of a micro-batch pass that FSDP's once-per-step gather costs: 1/m under
-    ``fsdp_once_per_step`` (spread evenly over the micro-batches), else 1."""
-    return 1.0 / max(1, plan.num_microbatches) if fsdp_once_per_step(plan) else 1.0
+    """Share of a chunk's pass that FSDP's once-per-step gather costs: one over the chunk's
+    passes per step under ``fsdp_once_per_step`` (spread evenly), else 1."""
+    return 1.0 / chunk_passes(plan) if fsdp_once_per_step(plan) else 1.0
 
 
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
