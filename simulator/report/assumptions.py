@@ -29,6 +29,7 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "framework": plan.memory.framework or "none (Megatron-style conventions)",
         "grad_dtype": plan.memory.grad_dtype.value, "master_weights": plan.memory.master_weights,
         "optimizer_state_bytes_per_param": plan.memory.optimizer_state_bytes_per_param,
+        "host_mode": plan.host_mode, "host_mechanisms": list(plan.host_mechanisms),
         "profile": prof.name, "step_overhead_s": prof.step_overhead_s.value,
         "gpus_per_node": cluster.node.gpus_per_node, "nics_per_node": cluster.node.nics_per_node,
         "nic_gbits_per_s": cluster.node.nic_gbits_per_s,
@@ -50,6 +51,7 @@ def assumption_lines(d: dict[str, Any]) -> list[str]:
         f"{onoff(d['zero1_allreduce'])}",
         f"           framework {d['framework']}: gradients {d['grad_dtype']}, fp32 master "
         f"weights {onoff(d['master_weights'])}, optimizer state "
-        f"{d['optimizer_state_bytes_per_param']:g} B/param",
+        f"{d['optimizer_state_bytes_per_param']:g} B/param; host {d.get('host_mode', 'eager')}"
+        f"{', ' + ', '.join(d['host_mechanisms']) if d.get('host_mechanisms') else ''}",
         f"           profile {d['profile']} (fixed step overhead {1e3 * d['step_overhead_s']:.3g} ms)",
     ]
