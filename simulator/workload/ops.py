@@ -504,16 +504,12 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
 
 
 def embedding_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """Token embedding lookup (vocab-parallel over TP: partial sums all-reduced). Its
-    backward scatters the rows' gradients into a weight gradient it first allocates zeroed
-    for the whole (TP-local) table: PyTorch's ``embedding_dense_backward`` (CPU and CUDA)
-    starts from ``at::zeros({num_weights, dim})``, so the backward also writes
-    vocab/tp x hidden elements."""
-    T, Ts = _tokens(m, sh)
-    rows = T * m.hidden
-    zero_fill = -(-m.vocab // sh.tp) * m.hidden
+    """Token embedding lookup (vocab-parallel over TP: partial sums all-reduced); backward
+    also zero-fills the TP-local table's gradient (``embedding_dense_backward`` starts from
+    ``at::zeros({num_weights, dim})``)."""
+    rows, table = _tokens(m, sh)[0] * m.hidden, -(-m.vocab // sh.tp) * m.hidden
     ops = [replace(_mem("embedding", rows, rows, sh, kind="copy"),
-                   bwd_bytes=(4 * rows + zero_fill) * sh.act_bytes)]
+                   bwd_bytes=(4 * rows + table) * sh.act_bytes)]
     ops += _leave_tp("embedding_reduce", m, sh, "")
     return ops
 
