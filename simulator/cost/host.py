@@ -145,11 +145,6 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 
-def device_bytes_per_param_bwd(names: tuple[str, ...]) -> float:
-    """Device memory traffic per local parameter and backward pass the mechanisms add."""
-    return sum(HOST.mechanisms[n].device_bytes_per_param_bwd for n in names)
-
-
 @dataclass(frozen=True)
 class DeviceCopies:
     """Device copies the mechanisms add to one chunk pass: ``fwd``; in backward ``first``
@@ -184,12 +179,12 @@ def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors:
     out = DeviceCopies([], [], [])
     m_steps = max(1, accumulate_over)
     share = 1.0 / m_steps
+    def k(per_layer: float, fallback: float) -> float:
+        return per_layer * layers if per_layer > 0 else fallback
+
     for name in names:
         m = HOST.mechanisms[name]
         per_tensor = m.device_kernels_per_tensor_bwd * tensors
-
-        def k(per_layer: float, fallback: float) -> float:
-            return per_layer * layers if per_layer > 0 else fallback
         first_k = k(m.device_kernels_per_layer_bwd_first, 0.0)
         rest_k = k(m.device_kernels_per_layer_bwd, per_tensor) - first_k
         rest_b = m.device_bytes_per_param_bwd - m.device_bytes_per_param_bwd_first

@@ -29,7 +29,7 @@ from ..cost.layer import (
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import ChunkMemory
+from ..memory.accounting import ChunkMemory, grad_reduce_bytes
 from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
@@ -268,15 +268,6 @@ def _grad_accumulation_op(params: float, plan: Plan) -> Op:
     return Op("grad_accumulation", OpKind.MEMORY,
               bytes_moved=params * plan.grad_accum_bytes_per_param, kernels=2,
               mem_kind="elementwise")
-
-
-def grad_reduce_bytes(plan: Plan) -> int:
-    """fp32 main-grad reduction (Megatron, DeepSpeed); under FSDP mixed precision the
-    framework's reduce dtype (``MemoryConventions.fsdp_reduce_fp32``: fp32 in torchtitan /
-    FSDP2's usual policy, 16-bit in llm-foundry's PURE)."""
-    if plan.zero_stage >= 3:
-        return 4 if plan.precision.value == "fp32" or plan.memory.fsdp_reduce_fp32 else 2
-    return 4
 
 
 def fsdp_once_per_step(plan: Plan) -> bool:

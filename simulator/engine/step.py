@@ -16,6 +16,7 @@ from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
+from ..memory.accounting import grad_reduce_bytes
 from ..network.collectives import Collective
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement, stage_boundary
@@ -23,7 +24,7 @@ from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
 from .events import Engine
-from .stage_work import ChunkWork, grad_reduce_bytes
+from .stage_work import ChunkWork
 
 
 def optimizer_bytes_per_param(plan: Plan) -> float:

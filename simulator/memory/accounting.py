@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from ..hardware.specs import Dtype
 from ..parallel.conventions import BucketKind
-from ..parallel.plan import Plan, Recompute
 from ..parallel.in_flight import live_chunk_counts  # noqa: F401  (re-exported)
+from ..parallel.plan import Plan, Recompute
 from ..workload.ops import Op, OpKind
 
 
@@ -193,6 +193,15 @@ def _compute_param_bytes(plan: Plan) -> float:
     return 4.0 if plan.precision == Dtype.FP32 else 2.0
 
 
+def grad_reduce_bytes(plan: Plan) -> int:
+    """fp32 main-grad reduction (Megatron, DeepSpeed); under FSDP mixed precision the
+    framework's reduce dtype (``MemoryConventions.fsdp_reduce_fp32``: fp32 in torchtitan /
+    FSDP2's usual policy, 16-bit in llm-foundry's PURE)."""
+    if plan.zero_stage >= 3:
+        return 4 if plan.precision.value == "fp32" or plan.memory.fsdp_reduce_fp32 else 2
+    return 4
+
+
 def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, float, float]:
     """ZeRO-3 / FSDP gathered parameters and gradients at three moments: the loss, the
     start of a layer's backward, its end. The root's parameters (embedding, output layer)
@@ -213,8 +222,7 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     c, pb = plan.memory, _compute_param_bytes(plan)
     g = 4.0 if plan.precision == Dtype.FP32 else float(c.grad_dtype.bytes)
     if plan.pp > 1 and c.fsdp_pp_once_per_step:
-        reduce_bytes = 4.0 if plan.precision == Dtype.FP32 or c.fsdp_reduce_fp32 else pb
-        held = sum(ch.params for ch in chunks) * (pb + reduce_bytes)
+        held = sum(ch.params for ch in chunks) * (pb + grad_reduce_bytes(plan))
         return held, held, held
     root = 0.0 if c.fsdp_root_resharded else pb * sum(ch.edge_params for ch in chunks)
     layer = max(ch.max_layer_params for ch in chunks)

@@ -9,7 +9,7 @@ import pytest
 
 import hardware_db
 from simulator.cost.host import (
-    device_bytes_per_param_bwd,
+    device_copy_ops,
     lead_layers,
     mechanisms_host,
     param_tensors,
@@ -61,7 +61,8 @@ def test_mechanism_flags():
     assert lead_layers(("fsdp1_unit",)) == 1
     assert lead_layers(()) == -1
     assert sync_at_p2p(("megatron_p2p_sync",)) and not sync_at_p2p(("fsdp1_unit",))
-    assert device_bytes_per_param_bwd(("ddp_param_hooks",)) == 16.0
+    ddp = device_copy_ops(("ddp_param_hooks",), 1.0, 1, 1)
+    assert not ddp.fwd and not ddp.first and ddp.rest[0].bytes_moved == 16.0
 
 
 def test_every_framework_names_known_modes_and_mechanisms():
@@ -240,7 +241,7 @@ def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
     # backward: the unsharded gradients accumulated every micro-batch (6 B on the first,
     # 10 B on the three others: 9 B/param on average, one kernel per tensor) and 1/4 of
     # the chunk-cat, which now reads fp32 (8 B/param)
-    from simulator.cost.host import device_copy_ops, param_tensors
+    from simulator.cost.host import param_tensors
     from simulator.workload.ops import LayerShape, embedding_ops, layer_ops
     sh = LayerShape(micro_batch=1, seq_len=MODEL.seq_len)
     tensors = layers * param_tensors(layer_ops(MODEL, sh)) + param_tensors(
