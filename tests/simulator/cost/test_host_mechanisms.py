@@ -201,7 +201,7 @@ def test_te_module_calls_cost_their_measured_host_ratio():
 def test_fsdp_reduce_dtype_follows_the_framework():
     """FSDP's reduce-scatter moves fp32 gradients under torchtitan / FSDP2's usual policy
     (reduce_dtype=float32) and 16-bit ones under llm-foundry's PURE mixed precision."""
-    from simulator.engine.stage_work import grad_reduce_bytes
+    from simulator.memory.accounting import grad_reduce_bytes
     from simulator.parallel.framework_plan import with_framework
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert grad_reduce_bytes(with_framework(base, "torchtitan")) == 4
