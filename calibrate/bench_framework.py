@@ -17,6 +17,11 @@
   (``update_hp_grads`` as of 2022: per bf16 parameter tensor ``hp_grad.data.add_(
   lp.grad.data.to(fp32).view(shape))`` then ``lp.grad = None``), per tensor.
 
+* ``mcore_moe_layer``: Megatron-Core's ``MoELayer`` (``calibrate.bench_moe_host``; needs
+  ``pip install megatron-core``, skipped with a message otherwise) at 2 and 8 local
+  experts: the per-layer constant forward and backward, the router's share (issued before
+  the dispatcher's device-to-host sync) and the per-local-expert slope of ``SequentialMLP``.
+
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
 by the profile's ``host.op_fwd_us``. Prints the rows and appends them to ``--out``.
@@ -155,7 +160,33 @@ def _init_fake_pg() -> None:
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
 
 
-def measure() -> list[dict]:
+def moe_rows(base: dict, op: float) -> list[dict]:
+    """``mcore_moe_layer`` rows (``calibrate.bench_moe_host``); none, with a message on
+    stderr, when Megatron-Core is not installed."""
+    from . import bench_moe_host as moe
+    why = moe.available()
+    if why:
+        print(f"mcore_moe_layer skipped: {why}", file=sys.stderr)
+        return []
+    t = _low_us(moe.cases())
+    lo, hi = moe.EXPERTS
+    rows = []
+    for pas, i in (("fwd", 0), ("bwd", 1)):
+        slope = (t[("layer", hi)][i] - t[("layer", lo)][i]) / (hi - lo)
+        const = t[("layer", lo)][i] - lo * slope
+        rows += [(f"per MoE layer, {pas}, constant", const),
+                 (f"per local expert, {pas} (SequentialMLP)", slope)]
+    rows.append(("router forward (before the dispatcher sync)",
+                 sum(t[("router", e)][0] for e in moe.EXPERTS) / len(moe.EXPERTS)))
+    how = (f"Megatron-Core MoELayer (alltoall dispatcher, aux-loss top-{moe.TOPK} router, "
+           f"SequentialMLP) hidden {moe.HIDDEN}, {moe.TOKENS} tokens, {lo} vs {hi} local "
+           "experts, EP 1, fake pg x2")
+    return [{**base, "mechanism": "mcore_moe_layer", "metric": m, "value_us": round(v, 2),
+             "eager_ops": round(v / op, 3), "method": how} for m, v in rows]
+
+
+def measure(only: frozenset[str] = frozenset()) -> list[dict]:
+    """The probe rows and every mechanism's (``only``: just those mechanisms)."""
     import torch
     torch.set_num_threads(1)
     _init_fake_pg()
@@ -170,6 +201,12 @@ def measure() -> list[dict]:
              "eager_ops": round(v / op, 3), "method": "calibrate.bench_host probe: decoders "
              f"with {HOST_LAYERS[1]} vs {HOST_LAYERS[0]} layers, hidden 32, seq 8"}
             for k, v in probe.items()]
+    want = (lambda name: not only or name in only)
+    if want("mcore_moe_layer"):
+        rows += moe_rows(base, op)
+    if not want("ddp_param_hooks") and not want("fsdp1_unit") and not want("fsdp2_unit") \
+            and not want("deepspeed_bf16_grad_loop"):
+        return rows
     f, b, tensors, units = _extra_us(_ddp)
     per = (f + b) / tensors
     rows.append({**base, "mechanism": "ddp_param_hooks", "metric": "per parameter tensor, "
@@ -206,13 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calibrate.bench_framework")
     ap.add_argument("--out", default=str(CSV), help="CSV to append the rows to")
     ap.add_argument("--dry-run", action="store_true", help="print only")
-    ap.add_argument("--only", default="", help="comma-separated mechanisms to print and "
-                    "append (e.g. fsdp2_unit); the others are still measured for the same-run "
-                    "probe, but not appended (the shipped profiles cite the CSV's probe rows)")
+    ap.add_argument("--only", default="", help="comma-separated mechanisms to measure, print "
+                    "and append (e.g. fsdp2_unit); the probe is measured too for the same-run "
+                    "conversion, but not appended (the shipped profiles cite the CSV's probe "
+                    "rows)")
     args = ap.parse_args(argv)
-    rows = measure()
-    if args.only:
-        keep = {m.strip() for m in args.only.split(",") if m.strip()}
+    keep = frozenset(m.strip() for m in args.only.split(",") if m.strip())
+    rows = measure(keep)
+    if keep:
         rows = [r for r in rows if r["mechanism"] in keep]
     w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS)
     w.writeheader()

@@ -204,6 +204,57 @@ def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors:
     return out
 
 
+# The op graph's MoE-block ops besides the experts (``workload.ops.moe_ops``): a framework's
+# measured MoE-layer host cost (``moe_layer_*_eager_ops``) includes them; the first two are
+# issued before the token dispatcher's device-to-host sync.
+MOE_BLOCK_OPS = ("router", "moe_router_topk", "moe_permute", "moe_combine")
+MOE_PRE_SYNC_OPS = ("router", "moe_router_topk")
+_BWD_SUFFIXES = ("_dgrad", "_wgrad", "_bwd")
+
+
+def _block_count(ops: list[Op], names: tuple[str, ...], backward: bool) -> float:
+    """Host ops among ``ops`` that stand for the op-graph ops ``names`` (their backward
+    counterparts, ``_dgrad`` / ``_wgrad`` / ``_bwd``, when ``backward``)."""
+    n = 0.0
+    for o in ops:
+        base = o.name
+        if backward:
+            base = next((base[: -len(x)] for x in _BWD_SUFFIXES if base.endswith(x)), "")
+        if base in names:
+            n += op_count(o)
+    return n
+
+
+@dataclass(frozen=True)
+class MoEHost:
+    """Host work the framework adds to one MoE layer beyond the op graph's ops, in eager
+    ops: forward (``pre_sync_fwd`` of it before the dispatcher's sync) and backward, and
+    whether the forward syncs (``sync``)."""
+
+    fwd: float = 0.0
+    pre_sync_fwd: float = 0.0
+    bwd: float = 0.0
+    sync: bool = False
+
+
+def moe_layer_host(names: tuple[str, ...], fwd: list[Op], bwd: list[Op]) -> MoEHost:
+    """The framework mechanisms' MoE-layer host work (``moe_layer_*_eager_ops``) for the MoE
+    layer whose forward / backward ops are ``fwd`` / ``bwd``, minus the op graph's own
+    MoE-block ops (``MOE_BLOCK_OPS``), which the per-op host cost already charges."""
+    mechs = [HOST.mechanisms[n] for n in names]
+    f = sum(m.moe_layer_fwd_eager_ops for m in mechs)
+    pre = sum(m.moe_pre_sync_fwd_eager_ops for m in mechs)
+    b = sum(m.moe_layer_bwd_eager_ops for m in mechs)
+    sync = any(m.moe_sync_fwd for m in mechs)
+    if f <= 0 and b <= 0 and not sync:
+        return MoEHost()
+    plain_bwd = [o for o in bwd if not o.name.endswith("_recompute")]
+    return MoEHost(max(0.0, f - _block_count(fwd, MOE_BLOCK_OPS, False)) if f > 0 else 0.0,
+                   max(0.0, pre - _block_count(fwd, MOE_PRE_SYNC_OPS, False)) if pre > 0 else 0.0,
+                   max(0.0, b - _block_count(plain_bwd, MOE_BLOCK_OPS, True)) if b > 0 else 0.0,
+                   sync)
+
+
 def lead_layers(names: tuple[str, ...]) -> int:
     """How many layers the host may run ahead of the device (-1: unbounded)."""
     leads = [HOST.mechanisms[n].lead_layers for n in names if HOST.mechanisms[n].lead_layers >= 0]

@@ -6,17 +6,21 @@ included) for one micro-batch, plus the parameters the chunk owns.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 
 from ..cost.host import (
+    MOE_PRE_SYNC_OPS,
     HostCost,
+    MoEHost,
     device_copy_ops,
     eager_host,
     first_op_share,
     layer_host,
     linear_calls,
     mechanisms_host,
+    moe_layer_host,
     param_tensors,
 )
 from ..cost.layer import (
@@ -164,8 +168,50 @@ class _LayerCache:
             wops = weight_grad_ops(bwd)
             cw = _set_host(pass_cost(wops, self.c.gpu, self.prof, self.g, self.p.tp_overlap),
                            layer_host(wops, self.prof, True, self.p.host_mode))
+            if key[0]:                                   # a MoE layer
+                self._add_moe_host(fwd, bwd, cf, (cb, cw))
             self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
+
+
+    def _add_moe_host(self, fwd: list[Op], bwd: list[Op], cf: PassCost,
+                      bwds: tuple[PassCost, ...]) -> None:
+        """The framework's MoE-layer host work (``cost.host.moe_layer_host``): forward, and
+        backward (with the forward's again when recompute re-runs the MoE block), added to
+        the backward and its W half like the other mechanisms; and the forward's wait at the
+        dispatcher's sync (``moe_sync_wait_s``) on the device stream, as host time."""
+        mh = moe_layer_host(self.p.host_mechanisms, fwd, bwd)
+        if self.prof.host is None or mh == MoEHost():
+            return
+        us = self.prof.host.op_fwd_us.value * 1e-6
+        again = mh.fwd if any(o.name == "moe_permute_recompute" for o in bwd) else 0.0
+        cf.host_s, cf.host_ops = cf.host_s + mh.fwd * us, cf.host_ops + mh.fwd
+        for pc in bwds:
+            pc.host_s += (mh.bwd + again) * us
+            pc.host_ops += mh.bwd + again
+        wait = moe_sync_wait_s(fwd, mh, self.prof, self.p.host_mode,
+                               lambda ops: pass_cost(ops, self.c.gpu, self.prof, self.g,
+                                                     self.p.tp_overlap).total_s)
+        if wait > 0:
+            cf.comm_s["host"] = cf.comm_s.get("host", 0.0) + wait
+            cf.append(Segment("moe_dispatch_sync", "host", wait))
+
+
+def moe_sync_wait_s(fwd: list[Op], mh: MoEHost, prof: Profile, mode: str,
+                    device_s: Callable[[list[Op]], float]) -> float:
+    """Device idle in one MoE layer's forward at the token dispatcher's sync (``mh.sync``):
+    the host waits there until the device has run everything issued, so from then on the
+    device runs the rest of the layer (after the router: ``cost.host.MOE_PRE_SYNC_OPS``) only
+    as fast as the host issues it: it waits ``max(one op's issue, H_post - G_post)``, with
+    ``H_post`` the host time of those ops plus the mechanism's host work after the sync and
+    ``G_post`` their device time (``device_s``). 0 without a sync or a host model."""
+    if not mh.sync or prof.host is None:
+        return 0.0
+    cut = max((i for i, o in enumerate(fwd) if o.name in MOE_PRE_SYNC_OPS), default=-1)
+    post = fwd[cut + 1:]
+    us = prof.host.op_fwd_us.value * 1e-6
+    h_post = layer_host(post, prof, False, mode).seconds + (mh.fwd - mh.pre_sync_fwd) * us
+    return max(us, h_post - device_s(post))
 
 
 def _set_host(pc: PassCost, h: HostCost) -> PassCost:

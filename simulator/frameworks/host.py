@@ -46,7 +46,12 @@ class HostMechanism:
     host cost beyond an eager ``torch.nn.Linear`` (Transformer Engine's modules);
     ``lead_layers``: the host may run at most this many layers ahead of the device (FSDP's
     all-gather rate limiter), -1 = unbounded; ``sync_at_p2p``: the host waits for the device
-    after every pipeline send/receive (Megatron's ``batch_p2p_sync``)."""
+    after every pipeline send/receive (Megatron's ``batch_p2p_sync``);
+    ``moe_layer_fwd_eager_ops`` / ``moe_layer_bwd_eager_ops``: the whole MoE block of one MoE
+    layer and pass as the framework issues it (the op graph's own MoE-block ops are
+    subtracted where charged), ``moe_pre_sync_fwd_eager_ops`` of it issued before
+    ``moe_sync_fwd``: the host waits for the device inside every MoE layer's forward
+    (Megatron-Core's token dispatcher copies counts to the host)."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -66,6 +71,10 @@ class HostMechanism:
     device_bytes_per_param_accumulate: float = 0.0
     device_bytes_per_param_bwd_accumulated: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
+    moe_layer_fwd_eager_ops: float = 0.0
+    moe_layer_bwd_eager_ops: float = 0.0
+    moe_pre_sync_fwd_eager_ops: float = 0.0
+    moe_sync_fwd: bool = False
     lead_layers: int = -1
     sync_at_p2p: bool = False
     why: str = ""

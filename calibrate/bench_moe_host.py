@@ -1,0 +1,114 @@
+"""Host cost of Megatron-Core's MoE layer, measured on this CPU (``calibrate.bench_framework``).
+
+Runs the real ``megatron.core.transformer.moe.moe_layer.MoELayer`` (all-to-all token
+dispatcher, dropless, aux-loss top-k router, ``SequentialMLP`` experts of the local spec)
+at tiny shapes (hidden 32, 16 tokens), where kernels are nearly free and what is left is
+host work, with 2 and 8 local experts (expert parallelism 1 on a fake 2-rank process
+group: the dispatcher's permutation, its device-to-host copy of the tokens-per-expert
+counts and its sync still run; the all-to-all itself is an op the op graph already
+prices). Megatron-Core is not a dependency of this project: ``pip install megatron-core``
+(0.16.1 was measured) to run it; without it the case is skipped with a message.
+
+Megatron-Core's CUDA-only calls are replaced by CPU stand-ins (streams and events that
+do nothing; ``torch.cuda.current_device`` -> "cpu"), and the Transformer Engine names its
+``moe_utils`` imports only when TE is installed are set to ``None`` (its own fallback
+path), so the measured code is the framework's Python path without TE fusions
+(``--moe-permute-fusion`` / ``--moe-router-fusion`` off, the defaults).
+
+Rows (eager ops = microseconds / the same run's host time per op-graph op forward):
+``router`` (the router module's forward: gating GEMM, softmax/top-k, aux loss; before the
+dispatcher's sync), ``layer`` (the whole MoE layer, forward and backward), each at 2 and 8
+local experts; ``calibrate.bench_framework`` derives the per-layer constant and the
+per-local-expert slope of ``SequentialMLP``.
+"""
+from __future__ import annotations
+
+import contextlib
+
+EXPERTS = (2, 8)
+HIDDEN, FFN, TOKENS, TOPK = 32, 64, 16, 2
+
+
+class _NoStream:
+    """Stand-in for ``torch.cuda.Stream`` / ``Event`` on a CPU: every call is a no-op."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, *a):
+        pass
+
+    def record_event(self, *a):
+        return _NoStream()
+
+
+def _cpu_shims() -> None:
+    import torch
+    torch.cuda.Stream = _NoStream
+    torch.cuda.current_stream = lambda *a, **k: _NoStream()
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
+    torch.cuda.current_device = lambda: "cpu"
+    import megatron.core.transformer.moe.moe_utils as mu
+    for name in ("fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
+                 "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                 "fused_sort_chunks_by_index_with_probs", "fused_topk_with_score_function",
+                 "fused_unpermute", "te_general_gemm"):
+        if not hasattr(mu, name):
+            setattr(mu, name, None)
+
+
+def available() -> str:
+    """'' when Megatron-Core imports, else why not."""
+    try:
+        import megatron.core  # noqa: F401
+    except ImportError as exc:               # not installed, or a dependency missing
+        return f"megatron-core not importable ({type(exc).__name__}: {exc})"
+    return ""
+
+
+def _layer(experts: int):
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    if not ps.model_parallel_is_initialized():
+        ps.initialize_model_parallel(expert_model_parallel_size=1, create_gloo_process_groups=False)
+    cfg = TransformerConfig(
+        num_layers=1, hidden_size=HIDDEN, num_attention_heads=4, num_moe_experts=experts,
+        moe_router_topk=TOPK, moe_ffn_hidden_size=FFN, moe_token_dispatcher_type="alltoall",
+        moe_aux_loss_coeff=1e-2, moe_router_load_balancing_type="aux_loss",
+        use_cpu_initialization=True, gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu, add_bias_linear=False,
+        params_dtype=torch.float32, moe_grouped_gemm=False)
+    spec = get_moe_module_spec(use_te=False, num_experts=experts, moe_grouped_gemm=False)
+    return MoELayer(cfg, submodules=spec.submodules)
+
+
+def cases() -> dict:
+    """Timing cases for ``bench_host.time_interleaved``: (``router`` | ``layer``, experts)
+    -> (forward, backward-of-forward's-output)."""
+    import torch
+    _cpu_shims()
+    out = {}
+    for e in EXPERTS:
+        layer = _layer(e)
+        x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
+
+        def fwd(layer=layer, x=x):
+            return layer(x)[0]
+
+        def bwd(y, layer=layer, x=x):
+            y.float().sum().backward()
+            for p in layer.parameters():
+                p.grad = None
+            x.grad = None
+
+        def router(layer=layer, x=x):
+            return layer.router(x)             # with autograd, as in the layer's forward
+        out[("layer", e)] = (fwd, bwd)
+        out[("router", e)] = (router, lambda _y: None)
+    return out
