@@ -17,6 +17,7 @@ from ..cost.host import (
     device_copy_ops,
     eager_host,
     first_op_share,
+    host_mode,
     layer_host,
     linear_calls,
     mechanisms_host,
@@ -184,6 +185,11 @@ class _LayerCache:
         if self.prof.host is None or mh == MoEHost():
             return
         us = self.prof.host.op_fwd_us.value * 1e-6
+        # a layer-scoped CUDA graph captures up to the dispatcher's preprocess (Megatron-Core
+        # --cuda-graph-scope attn moe_router moe_preprocess): the router's share replays
+        # at the launch mode's per-op scale; the rest stays eager
+        f = mh.pre_sync_fwd * host_mode(self.p.host_mode).op_scale + mh.fwd - mh.pre_sync_fwd
+        mh = replace(mh, fwd=f, pre_sync_fwd=f - (mh.fwd - mh.pre_sync_fwd))
         again = mh.fwd if any(o.name == "moe_permute_recompute" for o in bwd) else 0.0
         cf.host_s, cf.host_ops = cf.host_s + mh.fwd * us, cf.host_ops + mh.fwd
         for pc in bwds:

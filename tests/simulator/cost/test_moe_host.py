@@ -88,9 +88,9 @@ def test_sync_wait_closed_form():
                            lambda ops: 0.0) == 0.0
 
 
-def _chunks(model, mech, us: float = 10.0):
+def _chunks(model, mech, us: float = 10.0, mode: str = "eager"):
     cl = hardware_db.build_cluster("h100-sxm", 2)
-    plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech)
+    plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech, host_mode=mode)
     return build_chunks(model, plan, cl, prof(us), place_groups(cl, plan))[0][0]
 
 
@@ -109,6 +109,12 @@ def test_charged_to_moe_layers_only():
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(n_moe * mh.bwd * 10e-6)
     assert b.fwd.comm_s.get("host", 0.0) > 0
     assert b.fwd.total_s == pytest.approx(a.fwd.total_s + b.fwd.comm_s["host"])
+    # a layer-scoped CUDA graph replays the router's share (before the sync); the rest of
+    # the block stays eager, and so does the backward
+    a, b = _chunks(MOE, (), mode="cuda_graphs"), _chunks(MOE, MECH, mode="cuda_graphs")
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
+        n_moe * (mh.fwd - mh.pre_sync_fwd) * 10e-6)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(n_moe * mh.bwd * 10e-6)
 
 
 @settings(max_examples=12, deadline=None)
