@@ -18,8 +18,9 @@ path), so the measured code is the framework's Python path without TE fusions
 Rows (eager ops = microseconds / the same run's host time per op-graph op forward):
 ``router`` (the router module's forward: gating GEMM, softmax/top-k, aux loss; before the
 dispatcher's sync), ``layer`` (the whole MoE layer, forward and backward), each at 2 and 8
-local experts; ``calibrate.bench_framework`` derives the per-layer constant and the
-per-local-expert slope of ``SequentialMLP``.
+local experts, and ``harness`` (the backward call around a leaf tensor: loss sum, autograd
+engine start, input gradient), which is subtracted; ``calibrate.bench_framework`` derives
+the per-layer constant and the per-local-expert slope of ``SequentialMLP``.
 """
 from __future__ import annotations
 
@@ -111,4 +112,10 @@ def cases() -> dict:
             return layer.router(x)             # with autograd, as in the layer's forward
         out[("layer", e)] = (fwd, bwd)
         out[("router", e)] = (router, lambda _y: None)
+    x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
+
+    def harness_bwd(y, x=x):                 # what the layer's backward case adds around it
+        y.float().sum().backward()
+        x.grad = None
+    out[("harness", 0)] = ((lambda x=x: x), harness_bwd)
     return out

@@ -237,10 +237,13 @@ class MoEHost:
     sync: bool = False
 
 
-def moe_layer_host(names: tuple[str, ...], fwd: list[Op], bwd: list[Op]) -> MoEHost:
+def moe_layer_host(names: tuple[str, ...], fwd: list[Op], bwd: list[Op],
+                   charged: float = 1.0) -> MoEHost:
     """The framework mechanisms' MoE-layer host work (``moe_layer_*_eager_ops``) for the MoE
     layer whose forward / backward ops are ``fwd`` / ``bwd``, minus the op graph's own
-    MoE-block ops (``MOE_BLOCK_OPS``), which the per-op host cost already charges."""
+    MoE-block ops (``MOE_BLOCK_OPS``) at ``charged`` eager ops each: what the per-op host
+    cost already charged them (the launch mode's ``op_scale``: 1 eager, 0 where a CUDA
+    graph replays the layer and charged them as graph nodes only)."""
     mechs = [HOST.mechanisms[n] for n in names]
     f = sum(m.moe_layer_fwd_eager_ops for m in mechs)
     pre = sum(m.moe_pre_sync_fwd_eager_ops for m in mechs)
@@ -249,10 +252,11 @@ def moe_layer_host(names: tuple[str, ...], fwd: list[Op], bwd: list[Op]) -> MoEH
     if f <= 0 and b <= 0 and not sync:
         return MoEHost()
     plain_bwd = [o for o in bwd if not o.name.endswith("_recompute")]
-    return MoEHost(max(0.0, f - _block_count(fwd, MOE_BLOCK_OPS, False)) if f > 0 else 0.0,
-                   max(0.0, pre - _block_count(fwd, MOE_PRE_SYNC_OPS, False)) if pre > 0 else 0.0,
-                   max(0.0, b - _block_count(plain_bwd, MOE_BLOCK_OPS, True)) if b > 0 else 0.0,
-                   sync)
+
+    def net(total: float, ops: list[Op], block: tuple[str, ...], backward: bool) -> float:
+        return max(0.0, total - charged * _block_count(ops, block, backward)) if total > 0 else 0.0
+    return MoEHost(net(f, fwd, MOE_BLOCK_OPS, False), net(pre, fwd, MOE_PRE_SYNC_OPS, False),
+                   net(b, plain_bwd, MOE_BLOCK_OPS, True), sync)
 
 
 def lead_layers(names: tuple[str, ...]) -> int:

@@ -170,37 +170,37 @@ class _LayerCache:
             cw = _set_host(pass_cost(wops, self.c.gpu, self.prof, self.g, self.p.tp_overlap),
                            layer_host(wops, self.prof, True, self.p.host_mode))
             if key[0]:                                   # a MoE layer
-                self._add_moe_host(fwd, bwd, cf, (cb, cw))
+                self._add_moe_host(fwd, bwd, cf, cb)
             self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
 
 
-    def _add_moe_host(self, fwd: list[Op], bwd: list[Op], cf: PassCost,
-                      bwds: tuple[PassCost, ...]) -> None:
-        """The framework's MoE-layer host work (``cost.host.moe_layer_host``): forward, and
-        backward (with the forward's again when recompute re-runs the MoE block), added to
-        the backward and its W half like the other mechanisms; and the forward's wait at the
-        dispatcher's sync (``moe_sync_wait_s``) on the device stream, as host time."""
-        mh = moe_layer_host(self.p.host_mechanisms, fwd, bwd)
+    def _add_moe_host(self, fwd: list[Op], bwd: list[Op], cf: PassCost, cb: PassCost) -> None:
+        """The framework's MoE-layer host work (``cost.host.moe_layer_host``) and the wait at
+        the dispatcher's sync (``moe_sync_wait_s``, on the device stream as host time): in
+        the forward, and in the backward's input-gradient side (B of a split backward: the
+        router, permute and combine gradients are on the input-gradient path) with the
+        forward's again where recompute re-runs the MoE block, sync included."""
+        scale = host_mode(self.p.host_mode).op_scale
+        mh = moe_layer_host(self.p.host_mechanisms, fwd, bwd, charged=scale)
         if self.prof.host is None or mh == MoEHost():
             return
         us = self.prof.host.op_fwd_us.value * 1e-6
         # a layer-scoped CUDA graph captures up to the dispatcher's preprocess (Megatron-Core
         # --cuda-graph-scope attn moe_router moe_preprocess): the router's share replays
         # at the launch mode's per-op scale; the rest stays eager
-        f = mh.pre_sync_fwd * host_mode(self.p.host_mode).op_scale + mh.fwd - mh.pre_sync_fwd
-        mh = replace(mh, fwd=f, pre_sync_fwd=f - (mh.fwd - mh.pre_sync_fwd))
-        again = mh.fwd if any(o.name == "moe_permute_recompute" for o in bwd) else 0.0
-        cf.host_s, cf.host_ops = cf.host_s + mh.fwd * us, cf.host_ops + mh.fwd
-        for pc in bwds:
-            pc.host_s += (mh.bwd + again) * us
-            pc.host_ops += mh.bwd + again
+        post = mh.fwd - mh.pre_sync_fwd
+        mh = replace(mh, fwd=mh.pre_sync_fwd * scale + post, pre_sync_fwd=mh.pre_sync_fwd * scale)
         wait = moe_sync_wait_s(fwd, mh, self.prof, self.p.host_mode,
                                lambda ops: pass_cost(ops, self.c.gpu, self.prof, self.g,
                                                      self.p.tp_overlap).total_s)
-        if wait > 0:
-            cf.comm_s["host"] = cf.comm_s.get("host", 0.0) + wait
-            cf.append(Segment("moe_dispatch_sync", "host", wait))
+        again = any(o.name == "moe_permute_recompute" for o in bwd)
+        for pc, ops, waits in ((cf, mh.fwd, True), (cb, mh.bwd + (mh.fwd if again else 0.0),
+                                                    again)):
+            pc.host_s, pc.host_ops = pc.host_s + ops * us, pc.host_ops + ops
+            if waits and wait > 0:
+                pc.comm_s["host"] = pc.comm_s.get("host", 0.0) + wait
+                pc.append(Segment("moe_dispatch_sync", "host", wait))
 
 
 def moe_sync_wait_s(fwd: list[Op], mh: MoEHost, prof: Profile, mode: str,
@@ -209,14 +209,15 @@ def moe_sync_wait_s(fwd: list[Op], mh: MoEHost, prof: Profile, mode: str,
     the host waits there until the device has run everything issued, so from then on the
     device runs the rest of the layer (after the router: ``cost.host.MOE_PRE_SYNC_OPS``) only
     as fast as the host issues it: it waits ``max(one op's issue, H_post - G_post)``, with
-    ``H_post`` the host time of those ops plus the mechanism's host work after the sync and
-    ``G_post`` their device time (``device_s``). 0 without a sync or a host model."""
+    ``H_post`` the host time of those ops (issued one by one: a layer-scoped CUDA graph
+    ends before them) plus the mechanism's host work after the sync and ``G_post`` their
+    device time (``device_s``). 0 without a sync or a host model."""
     if not mh.sync or prof.host is None:
         return 0.0
     cut = max((i for i, o in enumerate(fwd) if o.name in MOE_PRE_SYNC_OPS), default=-1)
     post = fwd[cut + 1:]
     us = prof.host.op_fwd_us.value * 1e-6
-    h_post = layer_host(post, prof, False, mode).seconds + (mh.fwd - mh.pre_sync_fwd) * us
+    h_post = eager_host(post, prof, False, mode).seconds + (mh.fwd - mh.pre_sync_fwd) * us
     return max(us, h_post - device_s(post))
 
 

@@ -88,33 +88,56 @@ def test_sync_wait_closed_form():
                            lambda ops: 0.0) == 0.0
 
 
-def _chunks(model, mech, us: float = 10.0, mode: str = "eager"):
+def _chunks(model, mech, us: float = 10.0, mode: str = "eager", recompute: str = "none"):
     cl = hardware_db.build_cluster("h100-sxm", 2)
-    plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech, host_mode=mode)
+    plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech, host_mode=mode,
+                recompute=recompute)
     return build_chunks(model, plan, cl, prof(us), place_groups(cl, plan))[0][0]
 
 
-def test_charged_to_moe_layers_only():
-    """A dense model is unchanged; a MoE model's MoE layers gain the host work in both
-    passes and the sync's wait on the forward's device time (as host time)."""
+M = HOST.mechanisms["mcore_moe_layer"]
+N_MOE = sum(MOE.is_moe_layer(i) for i in range(MOE.n_layers))
+
+
+def test_dense_models_are_unchanged():
     a, b = _chunks(DENSE, ()), _chunks(DENSE, MECH)
     assert (a.fwd.total_s, a.fwd.host_s, a.bwd.host_s) == (b.fwd.total_s, b.fwd.host_s,
                                                            b.bwd.host_s)
+
+
+def test_moe_layers_pay_it_in_forward_and_in_the_input_gradient_pass():
+    """Eager: the measured block minus the op graph's 4 forward / 5 backward block ops, per
+    MoE layer; the backward's share lands in B (router, permute and combine gradients are
+    on the input-gradient path), not in W; the forward's device time gains the sync's wait."""
     a, b = _chunks(MOE, ()), _chunks(MOE, MECH)
-    sh = LayerShape(micro_batch=1, seq_len=MOE.seq_len)
-    lf = layer_ops(MOE, sh, layer=MOE.first_layer(True))
-    mh = moe_layer_host(MECH, lf, backward_ops(lf))
-    n_moe = sum(MOE.is_moe_layer(i) for i in range(MOE.n_layers))
-    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(n_moe * mh.fwd * 10e-6)
-    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(n_moe * mh.bwd * 10e-6)
-    assert b.fwd.comm_s.get("host", 0.0) > 0
-    assert b.fwd.total_s == pytest.approx(a.fwd.total_s + b.fwd.comm_s["host"])
-    # a layer-scoped CUDA graph replays the router's share (before the sync); the rest of
-    # the block stays eager, and so does the backward
-    a, b = _chunks(MOE, (), mode="cuda_graphs"), _chunks(MOE, MECH, mode="cuda_graphs")
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
-        n_moe * (mh.fwd - mh.pre_sync_fwd) * 10e-6)
-    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(n_moe * mh.bwd * 10e-6)
+        N_MOE * (M.moe_layer_fwd_eager_ops - 4) * 10e-6)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
+        N_MOE * (M.moe_layer_bwd_eager_ops - 5) * 10e-6)
+    assert b.wgrad.host_s == pytest.approx(a.wgrad.host_s)          # W unchanged
+    assert b.fwd.comm_s.get("host", 0.0) > 0 and "host" not in b.bwd.comm_s
+    assert b.fwd.total_s == pytest.approx(a.fwd.total_s + b.fwd.comm_s["host"])
+
+
+def test_recompute_runs_the_block_and_its_sync_again():
+    a, b = _chunks(MOE, (), recompute="full"), _chunks(MOE, MECH, recompute="full")
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
+        N_MOE * (M.moe_layer_bwd_eager_ops - 5 + M.moe_layer_fwd_eager_ops - 4) * 10e-6)
+    assert b.bwd.comm_s["host"] == pytest.approx(b.fwd.comm_s["host"])
+    assert b.bwd.total_s == pytest.approx(a.bwd.total_s + b.bwd.comm_s["host"])
+
+
+def test_a_layer_cuda_graph_replays_only_the_router_share():
+    """--host-mode cuda_graphs: the layer's ops are graph nodes (charged nothing eager), so
+    nothing is subtracted; the router's share replays with the graph; the rest of the MoE
+    block (and the backward) is issued eagerly, and the sync's wait prices the post-sync
+    ops at their eager cost."""
+    a, b = _chunks(MOE, (), mode="cuda_graphs"), _chunks(MOE, MECH, mode="cuda_graphs")
+    post = M.moe_layer_fwd_eager_ops - M.moe_pre_sync_fwd_eager_ops
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(N_MOE * post * 10e-6)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(N_MOE * M.moe_layer_bwd_eager_ops * 10e-6)
+    eager = _chunks(MOE, MECH)
+    assert b.fwd.comm_s["host"] >= eager.fwd.comm_s["host"] * (1 - 1e-12)
 
 
 @settings(max_examples=12, deadline=None)
