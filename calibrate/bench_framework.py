@@ -17,10 +17,13 @@
   (``update_hp_grads`` as of 2022: per bf16 parameter tensor ``hp_grad.data.add_(
   lp.grad.data.to(fp32).view(shape))`` then ``lp.grad = None``), per tensor.
 
-* ``mcore_moe_layer``: Megatron-Core's ``MoELayer`` (``calibrate.bench_moe_host``; needs
+* ``mcore_moe_layer``: Megatron-Core's ``MoELayer`` (``calibrate.bench_mcore_host``; needs
   ``pip install megatron-core``, skipped with a message otherwise) at 2 and 8 local
   experts: the per-layer constant forward and backward, the router's share (issued before
-  the dispatcher's device-to-host sync) and the per-local-expert slope of ``SequentialMLP``.
+  the dispatcher's device-to-host sync) and the per-local-expert slope of ``SequentialMLP``;
+* ``mcore_layer_glue``: Megatron-Core's dense ``TransformerLayer`` (local spec, same module):
+  per layer, what is left beyond the op graph's ops, the parallel linears' extra over
+  ``nn.Linear`` and the unfused attention's extra.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -161,14 +164,14 @@ def _init_fake_pg() -> None:
 
 
 def moe_rows(base: dict, op: float) -> list[dict]:
-    """``mcore_moe_layer`` rows (``calibrate.bench_moe_host``); none, with a message on
+    """``mcore_moe_layer`` rows (``calibrate.bench_mcore_host``); none, with a message on
     stderr, when Megatron-Core is not installed."""
-    from . import bench_moe_host as moe
+    from . import bench_mcore_host as moe
     why = moe.available()
     if why:
         print(f"mcore_moe_layer skipped: {why}", file=sys.stderr)
         return []
-    t = _low_us(moe.cases())
+    t = _low_us(moe.moe_cases())
     lo, hi = moe.EXPERTS
     rows = []
     for pas, i in (("fwd", 0), ("bwd", 1)):
@@ -182,6 +185,51 @@ def moe_rows(base: dict, op: float) -> list[dict]:
            f"SequentialMLP) hidden {moe.HIDDEN}, {moe.TOKENS} tokens, {lo} vs {hi} local "
            "experts, EP 1, fake pg x2; minus the backward harness")
     return [{**base, "mechanism": "mcore_moe_layer", "metric": m, "value_us": round(v, 2),
+             "eager_ops": round(v / op, 3), "method": how} for m, v in rows]
+
+
+def _graph_ops(hidden: int, tokens: int) -> tuple[int, int, int, int, int]:
+    """The op graph's (forward ops, backward ops, Linear calls, core-attention forward ops,
+    core-attention backward ops) of one dense layer as Megatron's local spec runs it
+    (unfused attention, no dropout), at the bench's shapes."""
+    from simulator.cost.host import linear_calls, op_count
+    from simulator.workload.ops import LayerShape, backward_ops, layer_ops
+    from simulator.workload.spec import TransformerSpec
+    m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
+    f = layer_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=False))
+    b = backward_ops(f)
+    core = ("qk", "softmax", "av")
+    cb = sum(op_count(o) for o in b if o.name.rsplit("_", 1)[0] in core)
+    return (sum(map(op_count, f)), sum(map(op_count, b)), linear_calls(f),
+            sum(op_count(o) for o in f if o.name in core), cb)
+
+
+def dense_rows(base: dict, op: float) -> list[dict]:
+    """``mcore_layer_glue`` rows (``calibrate.bench_mcore_host``): a Megatron-Core dense
+    layer's host time beyond the op graph's ops, its parallel linears' extra over
+    ``nn.Linear`` and its unfused attention's extra; none without Megatron-Core."""
+    from . import bench_mcore_host as mc
+    if mc.available():
+        print(f"mcore_layer_glue skipped: {mc.available()}", file=sys.stderr)
+        return []
+    t = _low_us(mc.dense_cases())
+    lo, hi = mc.DENSE_LAYERS
+    n_f, n_b, linears, core_f, core_b = _graph_ops(mc.HIDDEN, mc.TOKENS)
+    rows = []
+    for pas, i, n, core_n in (("fwd", 0, n_f, core_f), ("bwd", 1, n_b, core_b)):
+        layer = (t[("block", hi)][i] - t[("block", lo)][i]) / (hi - lo)
+        lin = (t[("linear", "column")][i] + t[("linear", "row")][i]) / 2 \
+            - t[("linear", "torch")][i]
+        core = t[("core", 0)][i] - (t[("harness", 0)][i] if i else 0.0) - core_n * op
+        glue = layer - n * op - linears * lin - core
+        rows += [(f"per layer, {pas} (local spec, whole layer)", layer),
+                 (f"parallel linear extra over nn.Linear, {pas}", lin),
+                 (f"unfused core attention extra over the op graph, {pas}", core),
+                 (f"per layer, {pas}, glue", glue)]
+    how = (f"Megatron-Core TransformerBlock local spec, hidden {mc.HIDDEN}, {mc.TOKENS} tokens, "
+           f"{lo} vs {hi} layers, no bias/dropout; glue = layer - op graph ({n_f} fwd / {n_b} "
+           f"bwd ops) - {linears} x linear extra - core attention extra")
+    return [{**base, "mechanism": "mcore_layer_glue", "metric": m, "value_us": round(v, 2),
              "eager_ops": round(v / op, 3), "method": how} for m, v in rows]
 
 
@@ -204,8 +252,10 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     want = (lambda name: not only or name in only)
     if want("mcore_moe_layer"):
         rows += moe_rows(base, op)
-    if not want("ddp_param_hooks") and not want("fsdp1_unit") and not want("fsdp2_unit") \
-            and not want("deepspeed_bf16_grad_loop"):
+    if want("mcore_layer_glue"):
+        rows += dense_rows(base, op)
+    if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
+                            "deepspeed_bf16_grad_loop"}:
         return rows
     f, b, tensors, units = _extra_us(_ddp)
     per = (f + b) / tensors

@@ -126,22 +126,24 @@ def linear_calls(ops: list[Op]) -> int:
 
 
 def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
-                    calls: int = 0, mode: str = "eager", recompute_calls: int = 0
-                    ) -> tuple[HostCost, HostCost]:
+                    calls: int = 0, mode: str = "eager", recompute_calls: int = 0,
+                    recompute_layers: int = 0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
-    calls (``linear_calls``), ``recompute_calls`` of them run again in backward (full
-    recompute). Per-call module overhead scales with the launch ``mode`` like any per-op
-    cost (``op_scale``: a compiled region trims it, a CUDA graph replays without it); hooks
-    and loops run outside either and do not."""
+    calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
+    layers run again in backward (full recompute). Module code (per-call overhead, a layer
+    module's Python glue) scales with the launch ``mode`` like any per-op cost
+    (``op_scale``: a compiled region trims it, a CUDA graph replays without it); hooks and
+    loops run outside either and do not."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
         m = HOST.mechanisms[name]
         per_call = m.linear_call_extra_eager_ops * scale
-        fwd += layers * m.layer_fwd_eager_ops + calls * per_call
+        glue = m.layer_module_fwd_eager_ops * scale
+        fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * per_call
         bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops \
-            + (calls + recompute_calls) * per_call
+            + (calls + recompute_calls) * per_call + recompute_layers * glue
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

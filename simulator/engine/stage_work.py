@@ -301,9 +301,9 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     once = chunk_passes(plan) if fsdp_once_per_step(plan) else 0
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
     ops += copies.rest
-    again = calls if plan.recompute == Recompute.FULL else 0
+    full = plan.recompute == Recompute.FULL
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
-                             plan.host_mode, again)
+                             plan.host_mode, calls if full else 0, layers if full else 0)
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

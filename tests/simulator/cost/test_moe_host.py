@@ -170,7 +170,7 @@ def test_bench_skips_cleanly_without_megatron(monkeypatch):
     """Megatron-Core is not a dependency: without it the bench says why and adds no row."""
     import builtins
 
-    from calibrate import bench_framework, bench_moe_host
+    from calibrate import bench_framework, bench_mcore_host
     real = builtins.__import__
 
     def no_megatron(name, *a, **k):
@@ -178,5 +178,6 @@ def test_bench_skips_cleanly_without_megatron(monkeypatch):
             raise ImportError("No module named 'megatron'")
         return real(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", no_megatron)
-    assert "megatron-core not importable" in bench_moe_host.available()
+    assert "megatron-core not importable" in bench_mcore_host.available()
     assert bench_framework.moe_rows({}, 10.0) == []
+    assert bench_framework.dense_rows({}, 10.0) == []
