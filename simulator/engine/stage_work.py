@@ -302,11 +302,15 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
     ops += copies.rest
     full = plan.recompute == Recompute.FULL
-    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
-                             plan.host_mode, calls if full else 0, layers if full else 0)
+    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
+    # module code that full recompute runs again precedes the input-gradient pass: B's
+    _, hr = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
+                            plan.host_mode, calls if full else 0, layers if full else 0)
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))
+    if hr.seconds > hb.seconds:
+        bwds[0].add(_set_host(PassCost(), HostCost(hr.seconds - hb.seconds, hr.ops - hb.ops)))
     if copies.first:           # the whole backward only: B (= backward - W) then has it
         bwds[0].add(pass_cost(copies.first, cluster.gpu, prof, groups, plan.tp_overlap))
     for bwd in bwds:

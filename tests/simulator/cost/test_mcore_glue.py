@@ -55,7 +55,9 @@ def test_glue_is_the_stated_difference_and_the_median():
         assert r["per layer, fwd, glue"] == pytest.approx(glue, abs=0.01)
     assert GLUE.layer_module_fwd_eager_ops == pytest.approx(
         statistics.median(r["per layer, fwd, glue"] for r in runs), abs=0.01)
-    assert GLUE.layer_bwd_eager_ops == 0.0          # the backward difference is negative
+    # the same decomposition of the backward is negative in every run: none is charged
+    assert all(r["per layer, bwd, glue"] < 0 for r in runs)
+    assert GLUE.layer_bwd_eager_ops == 0.0
 
 
 def _chunk(mech, mode="eager", recompute="none"):
@@ -77,3 +79,6 @@ def test_charged_per_layer_forward_scaled_by_the_mode(mode, scale):
     assert b.bwd.host_s == pytest.approx(a.bwd.host_s)
     a, b = _chunk((), mode, "full"), _chunk(("mcore_layer_glue",), mode, "full")
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(len(b.layers) * per_layer)
+    # the re-run forward precedes the input-gradient pass: B of a split backward has it,
+    # the weight-gradient half (W) does not
+    assert b.wgrad.host_s == pytest.approx(a.wgrad.host_s)
