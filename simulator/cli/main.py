@@ -17,6 +17,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import signal
 import sys
 import traceback
@@ -101,13 +102,24 @@ def _add_optional_commands(sub, load: bool) -> None:
         add(sub)
 
 
+_handler_pid = 0          # the process that installed ``_raise_terminated``
+
+
 def _raise_terminated(signum, frame) -> None:
+    """SIGTERM in the command's process: ``Terminated``. A forked pool worker inherits the
+    handler and may get the signal before its initializer resets it (a search stopped while
+    its pool starts): it ends quietly with the shell's code, leaving the message to the
+    parent (no traceback from a worker)."""
+    if os.getpid() != _handler_pid:
+        os._exit(128 + signum)
     raise Terminated()
 
 
 def _run(args: argparse.Namespace) -> int:
     """Run the command with SIGTERM turned into ``Terminated`` and progress bars on."""
+    global _handler_pid
     previous = None
+    _handler_pid = os.getpid()
     try:
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:                           # not the main thread (embedded use)

@@ -111,8 +111,11 @@ def _init_worker(contexts: Sequence[EvalContext]) -> None:
 
 def _init_pool_worker(contexts: Sequence[EvalContext]) -> None:
     """A pool worker leaves Ctrl-C to its parent (which stops the pool: no traceback per
-    worker) and, on Linux, is sent SIGTERM if the parent dies without stopping it."""
+    worker), ends on SIGTERM without a traceback (the default action, not the parent's
+    handler it inherited) and, on Linux, is sent SIGTERM if the parent dies without
+    stopping it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
     _init_worker(contexts)
 
