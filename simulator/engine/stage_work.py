@@ -309,7 +309,7 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))
-    if hr.seconds > hb.seconds:
+    if hr.ops > hb.ops or hr.seconds > hb.seconds:
         bwds[0].add(_set_host(PassCost(), HostCost(hr.seconds - hb.seconds, hr.ops - hb.ops)))
     if copies.first:           # the whole backward only: B (= backward - W) then has it
         bwds[0].add(pass_cost(copies.first, cluster.gpu, prof, groups, plan.tp_overlap))

@@ -129,7 +129,11 @@ def _die_with_parent() -> None:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    # the parent may have died between the fork and the prctl: then no signal will come
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)
 
 
 def _run_batch(batch: Batch) -> list[dict[str, Any]]:
@@ -168,12 +172,13 @@ class LocalExecutor:
                 yield _run_batch(b)
             return
         method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        spare = children()
         pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method),
                                    initializer=_init_pool_worker, initargs=(self.contexts,))
         try:
             yield from _drain(pool, batches, self.workers * 2)
         except BaseException:            # Ctrl-C, SIGTERM, an error, or the caller stopped early
-            stop_pool(pool)
+            stop_pool(pool, spare)
             raise
         pool.shutdown(wait=True)
 
@@ -183,21 +188,32 @@ def parallel_map(fn, args: Sequence[Any], workers: int) -> list[Any]:
     module-level function; inline for one worker or one item, or where fork is missing)."""
     if workers <= 1 or len(args) < 2 or "fork" not in mp.get_all_start_methods():
         return [fn(a) for a in args]
+    spare = children()
     pool = ProcessPoolExecutor(min(workers, len(args)), mp_context=mp.get_context("fork"),
                                initializer=_init_pool_worker, initargs=((),))
     try:
         out = list(pool.map(fn, args))
     except BaseException:
-        stop_pool(pool)
+        stop_pool(pool, spare)
         raise
     pool.shutdown(wait=True)
     return out
 
 
-def stop_pool(pool: ProcessPoolExecutor) -> None:
+def children() -> frozenset[int]:
+    """PIDs of this process's live multiprocessing children (before a pool is made, so that
+    ``stop_pool`` leaves them alone)."""
+    return frozenset(p.pid for p in mp.active_children())
+
+
+def stop_pool(pool: ProcessPoolExecutor, spare: frozenset[int] = frozenset()) -> None:
     """End a pool now: drop queued work and terminate its workers (running batches are
-    abandoned; their results were not needed), then reap them so none is left behind."""
+    abandoned; their results were not needed), then reap them so none is left behind. A
+    worker forked while the pool was being stopped may not be in the pool's list yet: every
+    multiprocessing child not in ``spare`` (``children()`` taken before the pool) goes too."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    known = {p.pid for p in procs} | spare
+    procs += [p for p in mp.active_children() if p.pid not in known]
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         if p.is_alive():
