@@ -163,6 +163,13 @@ def _init_fake_pg() -> None:
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
 
 
+def _mechanism_rows(base: dict, op: float, mechanism: str, how: str,
+                    values_us: list[tuple[str, float]]) -> list[dict]:
+    """CSV rows of one mechanism: each (metric, microseconds) also in eager ops."""
+    return [{**base, "mechanism": mechanism, "metric": m, "value_us": round(v, 2),
+             "eager_ops": round(v / op, 3), "method": how} for m, v in values_us]
+
+
 def moe_rows(base: dict, op: float) -> list[dict]:
     """``mcore_moe_layer`` rows (``calibrate.bench_mcore_host``); none, with a message on
     stderr, when Megatron-Core is not installed."""
@@ -184,24 +191,22 @@ def moe_rows(base: dict, op: float) -> list[dict]:
     how = (f"Megatron-Core MoELayer (alltoall dispatcher, aux-loss top-{moe.TOPK} router, "
            f"SequentialMLP) hidden {moe.HIDDEN}, {moe.TOKENS} tokens, {lo} vs {hi} local "
            "experts, EP 1, fake pg x2; minus the backward harness")
-    return [{**base, "mechanism": "mcore_moe_layer", "metric": m, "value_us": round(v, 2),
-             "eager_ops": round(v / op, 3), "method": how} for m, v in rows]
+    return _mechanism_rows(base, op, "mcore_moe_layer", how, rows)
 
 
 def _graph_ops(hidden: int, tokens: int) -> tuple[int, int, int, int, int]:
     """The op graph's (forward ops, backward ops, Linear calls, core-attention forward ops,
     core-attention backward ops) of one dense layer as Megatron's local spec runs it
     (unfused attention, no dropout), at the bench's shapes."""
-    from simulator.cost.host import linear_calls, op_count
+    from simulator.cost.host import block_op_count, linear_calls, op_count
     from simulator.workload.ops import LayerShape, backward_ops, layer_ops
     from simulator.workload.spec import TransformerSpec
     m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
     f = layer_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=False))
     b = backward_ops(f)
     core = ("qk", "softmax", "av")
-    cb = sum(op_count(o) for o in b if o.name.rsplit("_", 1)[0] in core)
     return (sum(map(op_count, f)), sum(map(op_count, b)), linear_calls(f),
-            sum(op_count(o) for o in f if o.name in core), cb)
+            int(block_op_count(f, core, False)), int(block_op_count(b, core, True)))
 
 
 def dense_rows(base: dict, op: float) -> list[dict]:
@@ -209,8 +214,9 @@ def dense_rows(base: dict, op: float) -> list[dict]:
     layer's host time beyond the op graph's ops, its parallel linears' extra over
     ``nn.Linear`` and its unfused attention's extra; none without Megatron-Core."""
     from . import bench_mcore_host as mc
-    if mc.available():
-        print(f"mcore_layer_glue skipped: {mc.available()}", file=sys.stderr)
+    why = mc.available()
+    if why:
+        print(f"mcore_layer_glue skipped: {why}", file=sys.stderr)
         return []
     t = _low_us(mc.dense_cases())
     lo, hi = mc.DENSE_LAYERS
@@ -229,8 +235,7 @@ def dense_rows(base: dict, op: float) -> list[dict]:
     how = (f"Megatron-Core TransformerBlock local spec, hidden {mc.HIDDEN}, {mc.TOKENS} tokens, "
            f"{lo} vs {hi} layers, no bias/dropout; glue = layer - op graph ({n_f} fwd / {n_b} "
            f"bwd ops) - {linears} x linear extra - core attention extra")
-    return [{**base, "mechanism": "mcore_layer_glue", "metric": m, "value_us": round(v, 2),
-             "eager_ops": round(v / op, 3), "method": how} for m, v in rows]
+    return _mechanism_rows(base, op, "mcore_layer_glue", how, rows)
 
 
 def measure(only: frozenset[str] = frozenset()) -> list[dict]:
@@ -245,10 +250,9 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
             "date": dt.date.today().isoformat()}
     how = {"fwd": "per op-graph op, forward", "bwd": "per op-graph op, backward",
            "linear": "torch.nn.Linear forward (32x32; input requires grad)"}
-    rows = [{**base, "mechanism": "eager_probe", "metric": how[k], "value_us": round(v, 2),
-             "eager_ops": round(v / op, 3), "method": "calibrate.bench_host probe: decoders "
-             f"with {HOST_LAYERS[1]} vs {HOST_LAYERS[0]} layers, hidden 32, seq 8"}
-            for k, v in probe.items()]
+    rows = _mechanism_rows(base, op, "eager_probe", "calibrate.bench_host probe: decoders "
+                           f"with {HOST_LAYERS[1]} vs {HOST_LAYERS[0]} layers, hidden 32, seq 8",
+                           [(how[k], v) for k, v in probe.items()])
     want = (lambda name: not only or name in only)
     if want("mcore_moe_layer"):
         rows += moe_rows(base, op)
@@ -259,22 +263,20 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         return rows
     f, b, tensors, units = _extra_us(_ddp)
     per = (f + b) / tensors
-    rows.append({**base, "mechanism": "ddp_param_hooks", "metric": "per parameter tensor, "
-                 "fwd+bwd", "value_us": round(per, 2), "eager_ops": round(per / op, 3),
-                 "method": f"DDP(no-op comm hook) - bare, 5 vs 1 layers ({tensors} tensors)"})
+    rows += _mechanism_rows(base, op, "ddp_param_hooks", "DDP(no-op comm hook) - bare, 5 vs 1 "
+                            f"layers ({tensors} tensors)",
+                            [("per parameter tensor, fwd+bwd", per)])
     for name, wrap, how in (("fsdp1_unit", _fsdp, "FSDP1 FULL_SHARD use_orig_params"),
                             ("fsdp2_unit", _fsdp2, "FSDP2 fully_shard per block + root")):
         f, b, tensors, units = _extra_us(wrap)
-        for pas, v in (("fwd", f), ("bwd", b)):
-            rows.append({**base, "mechanism": name, "metric": f"per unit, {pas}",
-                         "value_us": round(v / units, 2), "eager_ops": round(v / units / op, 3),
-                         "method": f"{how} fake pg x2 - bare, 5 vs 1 layers ({units} units, "
-                                   f"{tensors // units} tensors each)"})
+        rows += _mechanism_rows(base, op, name, f"{how} fake pg x2 - bare, 5 vs 1 layers "
+                                f"({units} units, {tensors // units} tensors each)",
+                                [(f"per unit, {pas}", v / units) for pas, v in (("fwd", f),
+                                                                                ("bwd", b))])
     d = deepspeed_loop_us()
-    rows.append({**base, "mechanism": "deepspeed_bf16_grad_loop", "metric": "per parameter "
-                 "tensor, per micro-batch", "value_us": round(d, 2),
-                 "eager_ops": round(d / op, 3),
-                 "method": "update_hp_grads loop body on 32x32 bf16 -> fp32 tensors"})
+    rows += _mechanism_rows(base, op, "deepspeed_bf16_grad_loop",
+                            "update_hp_grads loop body on 32x32 bf16 -> fp32 tensors",
+                            [("per parameter tensor, per micro-batch", d)])
     return rows
 
 

@@ -214,7 +214,7 @@ MOE_PRE_SYNC_OPS = ("router", "moe_router_topk")
 _BWD_SUFFIXES = ("_dgrad", "_wgrad", "_bwd")
 
 
-def _block_count(ops: list[Op], names: tuple[str, ...], backward: bool) -> float:
+def block_op_count(ops: list[Op], names: tuple[str, ...], backward: bool) -> float:
     """Host ops among ``ops`` that stand for the op-graph ops ``names`` (their backward
     counterparts, ``_dgrad`` / ``_wgrad`` / ``_bwd``, when ``backward``)."""
     n = 0.0
@@ -256,7 +256,7 @@ def moe_layer_host(names: tuple[str, ...], fwd: list[Op], bwd: list[Op],
     plain_bwd = [o for o in bwd if not o.name.endswith("_recompute")]
 
     def net(total: float, ops: list[Op], block: tuple[str, ...], backward: bool) -> float:
-        return max(0.0, total - charged * _block_count(ops, block, backward)) if total > 0 else 0.0
+        return max(0.0, total - charged * block_op_count(ops, block, backward)) if total > 0 else 0.0
     return MoEHost(net(f, fwd, MOE_BLOCK_OPS, False), net(pre, fwd, MOE_PRE_SYNC_OPS, False),
                    net(b, plain_bwd, MOE_BLOCK_OPS, True), sync)
 

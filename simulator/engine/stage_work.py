@@ -174,7 +174,6 @@ class _LayerCache:
             self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
 
-
     def _add_moe_host(self, fwd: list[Op], bwd: list[Op], cf: PassCost, cb: PassCost) -> None:
         """The framework's MoE-layer host work (``cost.host.moe_layer_host``) and the wait at
         the dispatcher's sync (``moe_sync_wait_s``, on the device stream as host time): in
@@ -303,14 +302,15 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops += copies.rest
     full = plan.recompute == Recompute.FULL
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
-    # module code that full recompute runs again precedes the input-gradient pass: B's
-    _, hr = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls,
-                            plan.host_mode, calls if full else 0, layers if full else 0)
+    # module code that full recompute runs again (no other unit counted) precedes the
+    # input-gradient pass: B's
+    _, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
+                            calls if full else 0, layers if full else 0)
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))
-    if hr.ops > hb.ops or hr.seconds > hb.seconds:
-        bwds[0].add(_set_host(PassCost(), HostCost(hr.seconds - hb.seconds, hr.ops - hb.ops)))
+    if hr.ops > 0:
+        bwds[0].add(_set_host(PassCost(), hr))
     if copies.first:           # the whole backward only: B (= backward - W) then has it
         bwds[0].add(pass_cost(copies.first, cluster.gpu, prof, groups, plan.tp_overlap))
     for bwd in bwds:
