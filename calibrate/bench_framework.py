@@ -170,15 +170,24 @@ def _mechanism_rows(base: dict, op: float, mechanism: str, how: str,
              "eager_ops": round(v / op, 3), "method": how} for m, v in values_us]
 
 
+def _mcore_times(mechanism: str, cases: str) -> dict | None:
+    """Timings of ``calibrate.bench_mcore_host``'s ``cases`` (a function name); None, with a
+    message on stderr naming ``mechanism``, when Megatron-Core is not installed."""
+    from . import bench_mcore_host as mc
+    why = mc.available()
+    if why:
+        print(f"{mechanism} skipped: {why}", file=sys.stderr)
+        return None
+    return _low_us(getattr(mc, cases)())
+
+
 def moe_rows(base: dict, op: float) -> list[dict]:
     """``mcore_moe_layer`` rows (``calibrate.bench_mcore_host``); none, with a message on
     stderr, when Megatron-Core is not installed."""
     from . import bench_mcore_host as moe
-    why = moe.available()
-    if why:
-        print(f"mcore_moe_layer skipped: {why}", file=sys.stderr)
+    t = _mcore_times("mcore_moe_layer", "moe_cases")
+    if t is None:
         return []
-    t = _low_us(moe.moe_cases())
     lo, hi = moe.EXPERTS
     rows = []
     for pas, i in (("fwd", 0), ("bwd", 1)):
@@ -214,11 +223,9 @@ def dense_rows(base: dict, op: float) -> list[dict]:
     layer's host time beyond the op graph's ops, its parallel linears' extra over
     ``nn.Linear`` and its unfused attention's extra; none without Megatron-Core."""
     from . import bench_mcore_host as mc
-    why = mc.available()
-    if why:
-        print(f"mcore_layer_glue skipped: {why}", file=sys.stderr)
+    t = _mcore_times("mcore_layer_glue", "dense_cases")
+    if t is None:
         return []
-    t = _low_us(mc.dense_cases())
     lo, hi = mc.DENSE_LAYERS
     n_f, n_b, linears, core_f, core_b = _graph_ops(mc.HIDDEN, mc.TOKENS)
     rows = []
