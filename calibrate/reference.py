@@ -180,7 +180,8 @@ def build_all(out_dir: Path = PROFILE_DIR) -> dict[str, tuple[Profile, dict]]:
     kern, coll = load_rows("kernels.csv"), load_rows("collectives.csv")
     more = load_rows("kernels_more.csv")
     refs = build_refs(kern, load_rows("kernels_extra.csv"), more)
-    attn = build_attention_refs(more, load_rows("attention_blackwell.csv"))
+    attn = build_attention_refs(more, load_rows("attention_blackwell.csv"),
+                                load_rows("attention_fa1.csv"))
     net = N.network_reference(coll, links_for("h100-sxm", coll)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     built = {}

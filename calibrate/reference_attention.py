@@ -3,12 +3,14 @@
 ``eff(s) = emax(head_dim) * s / (s + s_half)`` per GPU, kernel family and direction
 (``simulator.hardware.profile.AttentionCurve``), fitted to the non-causal rows of
 ``kernels_more.csv`` (FlashAttention-2/-3 and cuDNN on A100/H100, from the FA2 README
-figures and the FA3 paper) and ``attention_blackwell.csv`` (B200 rows transcribed from
-GitHub threads). Causal calls use the same curve with the half-length constant
+figures and the FA3 paper), ``attention_blackwell.csv`` (B200 rows transcribed from
+GitHub threads) and ``attention_fa1.csv`` (FlashAttention-1 and its Triton port on A100 and
+H100, the FA2 release figures' other bars). Causal calls use the same curve with the half-length constant
 ``2 * s_half + 128`` (average kv tiles per query tile halve; the diagonal tile is computed
 in full) times ``causal_eff``, fitted once on the A100 FA2 causal rows and carried to every
-other GPU and family. Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend,
-llm-foundry); ``flash3`` = what Transformer Engine runs on Hopper and Blackwell, cuDNN fused
+other GPU and family. Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
+``flash1`` = FlashAttention-1 and its pre-MLIR Triton port (what llm-foundry ran in 2023);
+``flash3`` = what Transformer Engine runs on Hopper and Blackwell, cuDNN fused
 attention ("TE prefers cuDNN flash attention on Hopper+ when both apply", NeMo docs,
 NVIDIA/NeMo PR #9188). CSV line numbers count the header as line 1.
 """
@@ -45,6 +47,10 @@ def _kv(shape: str) -> dict[str, int]:
 
 def _family(kernel: str) -> str:
     k = kernel.lower()
+    if "flashattention-1 triton" in k:
+        return "fa1_triton"
+    if "flashattention-1" in k:
+        return "fa1"
     if "flashattention-3" in k:
         return "fa3"
     if "flashattention-2" in k:
@@ -97,15 +103,20 @@ class CurveFit:
     fit: FitResult
 
 
-def fit_curve(sw: Sweep, what: str, causal_eff: float = 1.0) -> CurveFit:
-    f = fit_attention_curve(sw.points, CAUSAL_BLOCK, fixed={"causal_eff": causal_eff})
+def fit_curve(sw: Sweep, what: str, causal_eff: float | None = 1.0) -> CurveFit:
+    """``causal_eff=None``: the sweep's causal rows fit the family's own causal factor
+    (``CurveFit.causal``) together with the curve."""
+    fixed = {} if causal_eff is None else {"causal_eff": causal_eff}
+    f = fit_attention_curve(sw.points, CAUSAL_BLOCK, fixed=fixed)
     dims = sorted({p.head_dim for p in sw.points})
+    masks = "causal and non-causal" if causal_eff is None else "non-causal"
     src = (f"fit of AttentionCurve (eff = emax(hdim) * s/(s + s_half)) to {cite(sw.rows)} "
            f"({what}; head dims {'/'.join(map(str, dims))}, seq "
-           f"{min(p.seq for p in sw.points)}-{max(p.seq for p in sw.points)}, non-causal); "
+           f"{min(p.seq for p in sw.points)}-{max(p.seq for p in sw.points)}, {masks}); "
            f"held-out (every 3rd point) MAPE {f.heldout_mape_pct:.1f}%")
     emax = {str(d): f.coefficient(f"emax_{d}", "fraction", src) for d in dims}
-    return CurveFit(AttentionCurve(emax, f.coefficient("s_half", "tokens", src)), f)
+    causal = f.coefficient("causal_eff", "fraction", src) if causal_eff is None else None
+    return CurveFit(AttentionCurve(emax, f.coefficient("s_half", "tokens", src), causal), f)
 
 
 def causal_eff(more: Sequence[Row], a100_fa2: CurveFit) -> tuple[Coefficient, FitResult]:
@@ -157,10 +168,37 @@ class AttentionRefs:
     fits: Mapping[str, FitResult]
 
 
-def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row]) -> AttentionRefs:
+def triton_over_fa1(fa1: Sequence[Row]) -> tuple[float, float, float]:
+    """(min, mean, max) of the A100 Triton-port / FlashAttention-1 fwd+bwd rate over the
+    bars the two share (same panel, same sequence length)."""
+    def rates(family: str) -> dict[tuple[int, int, bool], float]:
+        pts = sweep(fa1, "A100", family, "fwd+bwd", causal=None).points
+        return {(p.seq, p.head_dim, p.causal): p.eff for p in pts}
+    tri, cuda = rates("fa1_triton"), rates("fa1")
+    r = [tri[k] / cuda[k] for k in tri if k in cuda]
+    return min(r), sum(r) / len(r), max(r)
+
+
+def _flash1_curves(fa1: Sequence[Row]) -> dict[str, CurveFit]:
+    """FlashAttention-1-class curves: the Triton port on A100 (the kernel llm-foundry's
+    default ``attn_impl: triton`` ran), FlashAttention-1 CUDA on H100 (the figure has no
+    Triton bar there)."""
+    lo, mean, hi = triton_over_fa1(fa1)
+    a100 = fit_curve(sweep(fa1, "A100", "fa1_triton", "fwd+bwd", causal=None),
+                     "A100 FlashAttention-1 Triton port fwd+bwd, Dao-AILab README figure", None)
+    h100 = fit_curve(sweep(fa1, "H100", "fa1", "fwd+bwd", causal=None), (
+        "H100 FlashAttention-1 CUDA fwd+bwd, Dao-AILab README figure; assumed for the Triton "
+        f"port too (no H100 Triton bar): on A100 the port runs at {lo:.2f}-{hi:.2f}x "
+        f"FlashAttention-1's rate over the 24 shared bars, mean {mean:.2f}"), None)
+    return {"A100:flash1:fb": a100, "H100:flash1:fb": h100}
+
+
+def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row],
+                         fa1: Sequence[Row]) -> AttentionRefs:
     c: dict[str, CurveFit] = {}
     c["A100:flash:fb"] = fit_curve(sweep(more, "A100", "fa2", "fwd+bwd"),
                                    "A100 FlashAttention-2 fwd+bwd, Dao-AILab README figure")
+    c.update(_flash1_curves(fa1))
     for fam, kernel, label in (("fa2", "flash", "FlashAttention-2"),
                                ("cudnn", "flash3", "cuDNN fused attention")):
         for d in ("fwd", "bwd"):
@@ -204,27 +242,31 @@ def _blackwell_curves(refs: AttentionRefs) -> dict[str, AttentionCurve]:
 
 
 def _relabel(curves: Mapping[str, AttentionCurve], why: str) -> dict[str, AttentionCurve]:
-    out = {}
-    for name, cv in curves.items():
-        emax = {d: Coefficient(e.value, e.unit, f"{why}: {e.source}", e.stderr,
-                               e.heldout_error_pct) for d, e in cv.emax.items()}
-        s = cv.s_half
-        out[name] = AttentionCurve(emax, Coefficient(s.value, s.unit, f"{why}: {s.source}",
-                                                     s.stderr, s.heldout_error_pct))
-    return out
+    def re(c: Coefficient) -> Coefficient:
+        return Coefficient(c.value, c.unit, f"{why}: {c.source}", c.stderr, c.heldout_error_pct)
+    return {name: AttentionCurve({d: re(e) for d, e in cv.emax.items()}, re(cv.s_half),
+                                 re(cv.causal_eff) if cv.causal_eff else None)
+            for name, cv in curves.items()}
+
+
+def _both_directions(kernel: str, fb: AttentionCurve) -> dict[str, AttentionCurve]:
+    """A curve fitted to a fwd+bwd sweep, used for both directions."""
+    why = ("the sweep times fwd+bwd together (FLOPs 3.5x the forward): the same curve for "
+           "both directions reproduces the pair's total; the split between them is not "
+           "identified")
+    return _relabel({f"{kernel}:fwd": fb, f"{kernel}:bwd": fb}, why)
 
 
 def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
     """Curve-based AttentionModel for GPUs with attention sweeps (or a sibling's), else None."""
     c = refs.curves
     if key.startswith("a100"):
-        fb = c["A100:flash:fb"].curve
-        why = ("the sweep times fwd+bwd together (FLOPs 3.5x the forward): the same curve for "
-               "both directions reproduces the pair's total; the split between them is not "
-               "identified")
-        curves = _relabel({"flash:fwd": fb, "flash:bwd": fb}, why)
+        curves = {**_both_directions("flash", c["A100:flash:fb"].curve),
+                  **_both_directions("flash1", c["A100:flash1:fb"].curve)}
     elif key in ("h100-sxm", "h200-sxm"):
-        curves = {k.split(":", 1)[1]: v.curve for k, v in c.items() if k.startswith("H100:")}
+        curves = {k.split(":", 1)[1]: v.curve for k, v in c.items()
+                  if k.startswith("H100:") and not k.endswith(":fb")}
+        curves.update(_both_directions("flash1", c["H100:flash1:fb"].curve))
         if key == "h200-sxm":
             curves = _relabel(curves, "H200 = H100 compute (same GH100 die)")
     elif key in ("b200", "gb200"):

@@ -78,7 +78,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                    "(default: the framework's)")
     p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe")
     p.add_argument("--attention", default=None,
-                   help="flash (FA2-class), flash3 (FA3/cuDNN, Hopper+) or materialized "
+                   help="flash (FA2-class), flash1 (FA1 / its Triton port, A100/H100/H200), "
+                   "flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")
     p.add_argument("--no-dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")

@@ -117,11 +117,13 @@ class AttentionCurve:
     call walks: each query tile pays a fixed cost (load Q, rescale, write O and the
     log-sum-exp) amortised over the kv loop, as a GEMM's prologue is over its k loop.
     ``emax`` is tabulated per head dimension (keys are head dims as strings) and
-    interpolated in log2(head_dim), clamped at the ends.
+    interpolated in log2(head_dim), clamped at the ends. ``causal_eff``: this family's own
+    causal factor where its sweep has causal rows (else ``AttentionModel.causal_eff``).
     """
 
     emax: Mapping[str, Coefficient]
     s_half: Coefficient                          # tokens
+    causal_eff: Coefficient | None = None        # fraction
 
     def eff(self, seq_k: float, head_dim: int, s_half: float | None = None) -> float:
         sh = self.s_half.value if s_half is None else s_half
@@ -171,7 +173,8 @@ class AttentionModel:
         if not causal:
             return c.eff(seq_k, head_dim)
         block = self.causal_block_tokens.value if self.causal_block_tokens else 0.0
-        g = self.causal_eff.value if self.causal_eff else 1.0
+        own = c.causal_eff or self.causal_eff
+        g = own.value if own else 1.0
         return g * c.eff(seq_k, head_dim, 2.0 * c.s_half.value + block)
 
 
@@ -322,6 +325,9 @@ class Profile:
         d = _drop_clean_flags(json.loads(json.dumps(asdict(self), default=_enum_value)))
         if d["gemm"].get("mn_half") is None:      # optional term: absent, not null
             d["gemm"].pop("mn_half", None)
+        for c in d["attention"].get("curves", {}).values():
+            if c.get("causal_eff") is None:        # optional: the family uses the shared one
+                c.pop("causal_eff", None)
         return d
 
     def contaminated_paths(self) -> list[str]:
@@ -409,7 +415,9 @@ def _profile_from_dict(d: Mapping[str, Any]) -> Profile:
     a = d["attention"]
     attention = AttentionModel(
         fwd_eff=_coef_map(a["fwd_eff"]), bwd_eff=_coef_map(a["bwd_eff"]),
-        curves={k: AttentionCurve(emax=_coef_map(c["emax"]), s_half=_coef(c["s_half"]))
+        curves={k: AttentionCurve(emax=_coef_map(c["emax"]), s_half=_coef(c["s_half"]),
+                                  causal_eff=_coef(c["causal_eff"]) if c.get("causal_eff")
+                                  else None)
                 for k, c in a.get("curves", {}).items()},
         causal_eff=_coef(a["causal_eff"]) if a.get("causal_eff") else None,
         causal_block_tokens=(_coef(a["causal_block_tokens"]) if a.get("causal_block_tokens")

@@ -34,6 +34,7 @@ class Recompute(str, Enum):
 
 class AttentionImpl(str, Enum):
     FLASH = "flash"           # fused FlashAttention-2-class kernel, no s^2 tensor in HBM
+    FLASH1 = "flash1"         # FlashAttention-1 / its pre-MLIR Triton port (llm-foundry 2023)
     FLASH3 = "flash3"         # Hopper+ kernels (FlashAttention-3 / cuDNN, as in Transformer Engine)
     MATERIALIZED = "materialized"
 
