@@ -7,8 +7,9 @@ figures and the FA3 paper), ``attention_blackwell.csv`` (B200 rows transcribed f
 GitHub threads) and ``attention_fa1.csv`` (FlashAttention-1 and its Triton port on A100 and
 H100, the FA2 release figures' other bars). Causal calls use the same curve with the half-length constant
 ``2 * s_half + 128`` (average kv tiles per query tile halve; the diagonal tile is computed
-in full) times ``causal_eff``, fitted once on the A100 FA2 causal rows and carried to every
-other GPU and family. Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
+in full) times ``causal_eff``, fitted once on the A100 FA2 causal rows and carried to the
+other GPUs and families; a family whose sweep has causal rows of its own (``flash1``) fits
+its own factor (``AttentionCurve.causal_eff``). Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
 ``flash1`` = FlashAttention-1 and its pre-MLIR Triton port (what llm-foundry ran in 2023);
 ``flash3`` = what Transformer Engine runs on Hopper and Blackwell, cuDNN fused
 attention ("TE prefers cuDNN flash attention on Hopper+ when both apply", NeMo docs,
@@ -47,8 +48,8 @@ def _kv(shape: str) -> dict[str, int]:
 
 def _family(kernel: str) -> str:
     k = kernel.lower()
-    if "flashattention-1 triton" in k:
-        return "fa1_triton"
+    if "triton fused attention" in k:
+        return "triton"
     if "flashattention-1" in k:
         return "fa1"
     if "flashattention-3" in k:
@@ -105,7 +106,7 @@ class CurveFit:
 
 def fit_curve(sw: Sweep, what: str, causal_eff: float | None = 1.0) -> CurveFit:
     """``causal_eff=None``: the sweep's causal rows fit the family's own causal factor
-    (``CurveFit.causal``) together with the curve."""
+    (``curve.causal_eff``) together with the curve."""
     fixed = {} if causal_eff is None else {"causal_eff": causal_eff}
     f = fit_attention_curve(sw.points, CAUSAL_BLOCK, fixed=fixed)
     dims = sorted({p.head_dim for p in sw.points})
@@ -139,7 +140,7 @@ def scaled_curve(c: AttentionCurve, factor: Mapping[str, float], s_half: Coeffic
                  why: str) -> AttentionCurve:
     emax = {d: Coefficient(e.value * factor.get(d, factor.get("*", 1.0)), e.unit,
                            f"{why}: {e.source}") for d, e in c.emax.items()}
-    return AttentionCurve(emax, s_half)
+    return AttentionCurve(emax, s_half, c.causal_eff)
 
 
 def constants(curves: Mapping[str, AttentionCurve], g: Coefficient, key: str
@@ -168,29 +169,19 @@ class AttentionRefs:
     fits: Mapping[str, FitResult]
 
 
-def triton_over_fa1(fa1: Sequence[Row]) -> tuple[float, float, float]:
-    """(min, mean, max) of the A100 Triton-port / FlashAttention-1 fwd+bwd rate over the
-    bars the two share (same panel, same sequence length)."""
-    def rates(family: str) -> dict[tuple[int, int, bool], float]:
-        pts = sweep(fa1, "A100", family, "fwd+bwd", causal=None).points
-        return {(p.seq, p.head_dim, p.causal): p.eff for p in pts}
-    tri, cuda = rates("fa1_triton"), rates("fa1")
-    r = [tri[k] / cuda[k] for k in tri if k in cuda]
-    return min(r), sum(r) / len(r), max(r)
-
-
 def _flash1_curves(fa1: Sequence[Row]) -> dict[str, CurveFit]:
-    """FlashAttention-1-class curves: the Triton port on A100 (the kernel llm-foundry's
-    default ``attn_impl: triton`` ran), FlashAttention-1 CUDA on H100 (the figure has no
-    Triton bar there)."""
-    lo, mean, hi = triton_over_fa1(fa1)
-    a100 = fit_curve(sweep(fa1, "A100", "fa1_triton", "fwd+bwd", causal=None),
-                     "A100 FlashAttention-1 Triton port fwd+bwd, Dao-AILab README figure", None)
-    h100 = fit_curve(sweep(fa1, "H100", "fa1", "fwd+bwd", causal=None), (
-        "H100 FlashAttention-1 CUDA fwd+bwd, Dao-AILab README figure; assumed for the Triton "
-        f"port too (no H100 Triton bar): on A100 the port runs at {lo:.2f}-{hi:.2f}x "
-        f"FlashAttention-1's rate over the 24 shared bars, mean {mean:.2f}"), None)
-    return {"A100:flash1:fb": a100, "H100:flash1:fb": h100}
+    """FlashAttention-1-class curves, fitted to flash-attn 1.x's bars (causal and non-causal,
+    with the family's own causal factor) on A100 and H100. llm-foundry's default
+    ``attn_impl: triton`` runs HazyResearch's Triton port of that kernel, whose docstring
+    (flash_attn_triton.py @ eff9fe6b, vendored by llm-foundry) says its forward + backward
+    is "slightly slower" than the CUDA kernel: no bar times the port, so it is priced at
+    FlashAttention-1's rate (slightly optimistic for it)."""
+    why = ("flash-attn 1.x bars of the Dao-AILab README figure; llm-foundry's Triton port of "
+           "this kernel is priced at its rate (the port's docstring: forward faster, backward "
+           "slower, fwd+bwd 'slightly slower' than the CUDA kernel; no bar times the port)")
+    return {f"{gpu}:flash1:fb": fit_curve(sweep(fa1, gpu, "fa1", "fwd+bwd", causal=None),
+                                          f"{gpu} FlashAttention-1 fwd+bwd, {why}", None)
+            for gpu in ("A100", "H100")}
 
 
 def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row],

@@ -48,3 +48,31 @@ class InfeasiblePlanError(ComplexityError):
 
 class CalibrationMissingError(ComplexityError):
     """The profile has no coefficient for something the simulation needs."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (a ``BaseException``, like ``KeyboardInterrupt``, so no library
+    ``except Exception`` swallows it)."""
+
+
+# A stop signal the CLI's handler has seen. Python runs a signal handler between bytecodes
+# of the main thread, also inside callbacks whose exceptions it only prints ("Exception
+# ignored in ...": os.fork()'s at-fork hooks, __del__): a ``Terminated`` raised there is
+# lost. Long loops call ``raise_if_stopped`` so the request still ends them.
+_stop_signal = 0
+
+
+def note_stop_signal(signum: int) -> None:
+    global _stop_signal
+    _stop_signal = signum
+
+
+def clear_stop_signal() -> None:
+    global _stop_signal
+    _stop_signal = 0
+
+
+def raise_if_stopped() -> None:
+    """``Terminated`` if a stop signal arrived (whether or not its own raise got through)."""
+    if _stop_signal:
+        raise Terminated()

@@ -23,16 +23,12 @@ import sys
 import traceback
 
 from ..boundary.limits import using_limits
-from ..errors import ComplexityError
+from ..errors import (ComplexityError, Terminated, clear_stop_signal, note_stop_signal,
+                      raise_if_stopped)
 from .checks import check_args
 from .flags import finish_parser
 from .progress import listening_for
 from .registry import CALIBRATE, COMMANDS, TABLE
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (a ``BaseException``, like ``KeyboardInterrupt``, so no library
-    ``except Exception`` swallows it)."""
 
 
 REPORT_AT = "the Complexity Framework issue tracker (with the command line)"
@@ -112,6 +108,7 @@ def _raise_terminated(signum, frame) -> None:
     parent (no traceback from a worker)."""
     if os.getpid() != _handler_pid:
         os._exit(128 + signum)
+    note_stop_signal(signum)
     raise Terminated()
 
 
@@ -127,8 +124,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with listening_for(args), \
                 using_limits(max_event_slots=getattr(args, "max_event_slots", None)):
-            return int(args.func(args) or 0)
+            rc = int(args.func(args) or 0)
+            raise_if_stopped()               # the signal's own raise was swallowed
+            return rc
     finally:
+        clear_stop_signal()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

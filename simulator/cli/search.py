@@ -18,7 +18,7 @@ from ..boundary.limits import MAX_BATCH, MAX_GPUS
 from ..errors import InfeasiblePlanError, InvalidInputError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..parallel.plan import Plan
+from ..parallel.plan import Plan, check_attention_supported
 from ..planning.capacity import (
     DEFAULT_PUE,
     HardwareChoice,
@@ -150,7 +150,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero-stages", default="0,1,3")
     g.add_argument("--recomputes", default="none,selective,full")
     g.add_argument("--precisions", default="bf16", help="e.g. bf16,fp8")
-    g.add_argument("--attention", default="flash", help="flash or materialized")
+    g.add_argument("--attention", default="flash",
+                   help="flash (FA2-class), flash1 (FA1 class), flash3 (FA3/cuDNN, Hopper+) or "
+                   "materialized; one the GPU runs")
     g.add_argument("--no-dp-overlap", action="store_true")
     g.add_argument("--tp-overlap", action="store_true")
     g.add_argument("--keep-dominated", action="store_true",
@@ -231,6 +233,7 @@ def run_search(a: argparse.Namespace) -> int:
     tokens = parse_count(a.tokens, "tokens") if a.tokens else None
     cat = _catalog(a)
     alternatives = [fabric_choices(a, a.gpu, n) for n in counts]
+    check_attention_supported(a.attention, cat.cluster(alternatives[0][0]).gpu)
     if len(alternatives[0]) > 1:
         return _search_fabrics(a, model, cat, alternatives, batches, search_options(a, price, tokens))
     choice_of = {ch.n_gpus: ch for (ch,) in alternatives}

@@ -226,6 +226,9 @@ def _notes(model: TransformerSpec, plan: Plan) -> list[str]:
                  "no flag for it (ZB-H1/ZB-V: the Sea AI Lab fork, github.com/sail-sg/"
                  "zero-bubble-pipeline-parallelism; DualPipe: github.com/deepseek-ai/DualPipe): "
                  "these arguments run 1F1B")
+    if plan.attention == AttentionImpl.FLASH1:
+        n.append("the plan was priced with FlashAttention-1-class attention (llm-foundry 2023); "
+                 "Megatron-LM has no such backend: its default backend runs a faster kernel")
     if model.position == Position.ALIBI:
         n.append("ALiBi is not in Megatron-Core: the arguments say no position embedding")
     if model.attn_logit_softcap or model.final_logit_softcap:

@@ -13,14 +13,15 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import threading
+from concurrent.futures import FIRST_COMPLETED, InvalidStateError, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Iterator, Sequence
 
 from ..engine.result import Breakdown, Result
 from ..engine.simulate import simulate
-from ..errors import InfeasiblePlanError, InvalidInputError, UnsupportedError
+from ..errors import InfeasiblePlanError, InvalidInputError, UnsupportedError, raise_if_stopped
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
@@ -214,15 +215,43 @@ def stop_pool(pool: ProcessPoolExecutor, spare: frozenset[int] = frozenset()) ->
     procs = list((getattr(pool, "_processes", None) or {}).values())
     known = {p.pid for p in procs} | spare
     procs += [p for p in mp.active_children() if p.pid not in known]
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
+    manager = getattr(pool, "_executor_manager_thread", None)
+    with _quiet_manager(manager):
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
             p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        if manager is not None:
+            manager.join(timeout=5)
+
+
+class _quiet_manager:
+    """While a pool is stopped: the pool's manager thread sees its workers die and marks the
+    pending futures failed, and on Python 3.11 ``set_exception`` raises
+    ``InvalidStateError`` for a future the main thread has already cancelled
+    (``Executor.map`` and ``_drain`` cancel theirs on the way out): a thread traceback on
+    stderr after the command's own one-line message. That one error of that one thread
+    is dropped; anything else still reaches ``threading.excepthook``."""
+
+    def __init__(self, thread: threading.Thread | None) -> None:
+        self.thread = thread
+
+    def __enter__(self) -> None:
+        self.previous = threading.excepthook
+
+        def hook(args):
+            if args.thread is self.thread and isinstance(args.exc_value, InvalidStateError):
+                return
+            self.previous(args)
+        threading.excepthook = hook
+
+    def __exit__(self, *exc) -> None:
+        threading.excepthook = self.previous
 
 
 def _drain(pool: ProcessPoolExecutor, batches: list[Batch], window: int):
@@ -234,6 +263,7 @@ def _drain(pool: ProcessPoolExecutor, batches: list[Batch], window: int):
             while todo and len(running) < window:
                 running.add(pool.submit(_run_batch, todo.pop()))
             done, running = wait(running, return_when=FIRST_COMPLETED)
+            raise_if_stopped()
             for f in done:
                 yield f.result()
     finally:

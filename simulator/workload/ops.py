@@ -59,7 +59,7 @@ class Op:
     overlaps_with: str = ""                  # name of a GEMM this comm can hide behind
     kernels: int = 1
     bwd_bytes: float = -1.0                  # backward bytes if not the default 2x forward
-    kernel: str = ""                         # attention kernel family ("flash", "flash3")
+    kernel: str = ""                         # attention kernel family ("flash", "flash1", "flash3")
     mem_kind: str = ""                       # bandwidth-bound family: norm, softmax, elementwise, copy
     causal: bool = False                     # attention: causal mask (m, n, k = s_q, s_k, head_dim)
     grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
@@ -78,7 +78,7 @@ class LayerShape:
     sequence_parallel: bool = False
     dtype: str = "bf16"                      # GEMM dtype
     flash: bool = True
-    attention_kernel: str = "flash"          # "flash" (FA2-class) or "flash3" (FA3 / cuDNN)
+    attention_kernel: str = "flash"          # "flash" (FA2), "flash1" (FA1), "flash3" (FA3 / cuDNN)
     causal: bool = True
     dropout: bool = True
     cp_comm: str = "p2p"                     # context parallelism: "p2p" ring or "all_gather"

@@ -130,3 +130,61 @@ def test_search_stopped_by_a_signal_leaves_no_process(sig, rc, word, delay_s):
     while any(_alive(k) for k in kids) and time.time() - t0 < 10:
         time.sleep(0.1)
     assert not [k for k in kids if _alive(k)]
+
+
+def test_a_sigterm_whose_raise_was_swallowed_still_ends_the_command(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Python runs the handler inside callbacks that only print their exceptions (os.fork's
+    at-fork hooks, ``__del__``): the ``Terminated`` is lost there, and the command used to
+    finish with exit code 0. The handler also records the signal; the command ends with 143
+    and the one-line message all the same."""
+    from simulator.cli import main as cli_main
+    runs = _tiny_runs(tmp_path, 1)
+    real = commands.predict_row
+
+    def swallowed_signal(row, *a):
+        try:                                  # what an "Exception ignored in ..." site does
+            cli_main._raise_terminated(signal.SIGTERM, None)
+        except BaseException:
+            pass
+        return real(row, *a)
+
+    monkeypatch.setattr(commands, "predict_row", swallowed_signal)
+    assert main(["predict", "--runs", str(runs), "--quiet"]) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["complexity predict: terminated"]
+    # the request is cleared with the command: the next one runs normally
+    monkeypatch.setattr(commands, "predict_row", real)
+    assert main(["predict", "--runs", str(runs), "--quiet"]) == 0
+
+
+def test_stopping_a_pool_drops_only_the_manager_threads_cancelled_future_error():
+    """``stop_pool``'s guard: an ``InvalidStateError`` from the pool's manager thread (Python
+    3.11 marks futures the main thread already cancelled) is not printed; any other thread
+    error, and any other error of that thread, still reaches ``threading.excepthook``."""
+    import threading
+    from concurrent.futures import InvalidStateError
+
+    from simulator.search.executor import _quiet_manager
+    seen: list[tuple[str, type]] = []
+    before = threading.excepthook
+    threading.excepthook = lambda a: seen.append((a.thread.name, a.exc_type))
+    try:
+        def boom(exc):
+            def run():
+                raise exc
+            return run
+        manager = threading.Thread(target=boom(InvalidStateError("CANCELLED")), name="manager")
+        with _quiet_manager(manager):
+            manager.start()
+            manager.join()
+            other = threading.Thread(target=boom(InvalidStateError("x")), name="other")
+            other.start()
+            other.join()
+            again = threading.Thread(target=boom(ValueError("y")), name="manager")
+            with _quiet_manager(again):
+                again.start()
+                again.join()
+        assert seen == [("other", InvalidStateError), ("manager", ValueError)]
+    finally:
+        threading.excepthook = before

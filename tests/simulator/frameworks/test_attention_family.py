@@ -49,3 +49,16 @@ def test_flash1_step_grows_by_the_attention_kernels_time(gpu):
     per_step = (attention_s("flash1") - attention_s("flash")) * model.n_layers * fa1.num_microbatches
     assert per_step > 0
     assert fa1.step_time_s - fa2.step_time_s == pytest.approx(per_step, rel=0.02)
+
+
+def test_launch_args_say_megatron_has_no_flash_attention_1_backend():
+    """The Megatron arguments of a plan priced with flash1 name no attention backend and a
+    note says the run would use a faster kernel than the one priced."""
+    from simulator.planning.launch_args import launch_args
+    model = get_preset("llama2-7b")
+    fa1 = launch_args(model, with_framework(Plan(dp=8), "llm-foundry-fsdp"), 8, 8)
+    fa2 = launch_args(model, Plan(dp=8), 8, 8)
+    assert not any(a.startswith("--attention-backend") for a in fa1.megatron)
+    assert "--attention-backend flash" in fa2.megatron
+    assert any("FlashAttention-1" in n for n in fa1.notes)
+    assert not any("FlashAttention-1" in n for n in fa2.notes)
