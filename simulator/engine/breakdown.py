@@ -42,9 +42,11 @@ def event_breakdown(tasks: list[Task], s: StageTasks, chunks: list[ChunkWork], e
         u = by_tid[t.tid]
         pc = chunks[u.chunk].pass_cost(u)
         parts["compute"] += pc.compute_s
-        parts["interference"] += pc.interference_s
+        parts["interference"] += pc.interference_s + t.meta.get("pair_interference_s", 0.0)
         for g, v in pc.comm_s.items():
             parts[g] = parts.get(g, 0.0) + v
+        for g, v in t.meta.get("hidden_s", {}).items():     # DualPipe: beside its pair
+            parts[g] -= v
     parts["dp"] += max(0.0, end - prev_end)          # exposed param all-gather after optimizer
     busy = sum(t.work_s for t in comp)
     return parts, busy

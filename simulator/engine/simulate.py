@@ -13,14 +13,20 @@ from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory
 from ..memory.accounting import stage_memory as _stage_memory
-from ..parallel.plan import Plan, validate
-from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
+from ..parallel.plan import Plan, Schedule, validate
+from ..parallel.schedule import (
+    chunk_share,
+    closed_form_bubble_s,
+    splits_backward,
+    stage_order,
+)
 from ..workload.spec import TransformerSpec
 from .breakdown import event_breakdown
 from .events import Engine
 from .host_span import stage_span
 from .memory_fit import memory_verdict
 from .network_use import with_link_use
+from .pair_overlap import overlapped_ep_s, pair_saving_s, pass_times, stage_pair_totals
 from .periodic import long_enough, periodic_event_step
 from .result import Breakdown, Result, StageReport
 from .stage_work import ChunkWork, build_chunks, place_groups
@@ -130,7 +136,8 @@ def _analytic_step(stages, plan, cluster, prof, groups):
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
     t, sp = per_mb[crit], spans[crit]
     if splits_backward(plan.schedule):
-        pipe = sp.span_s + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share))
+        pipe = sp.span_s + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share),
+                                                pair_saving_s=_pair_saving(stages[crit], share, prof))
     else:
         pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
     dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
@@ -149,7 +156,31 @@ def _analytic_step(stages, plan, cluster, prof, groups):
             parts["interference"] += share * m * pc.interference_s
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + share * m * v
+    _pairs_in_parts(parts, stages[crit], plan, crit, prof)
     return pipe + dp_exposed + opt, crit, parts, sp.device_s + sp.host_on_stream_s + opt, []
+
+
+def _pairs_in_parts(parts: dict[str, float], chunks: list[ChunkWork], plan: Plan, s: int,
+                    prof: Profile) -> None:
+    """DualPipe's pairs (``engine.pair_overlap``): communication hidden beside the pair's
+    other pass leaves the exposed parts, the slowdown it causes joins interference."""
+    if plan.schedule != Schedule.DUALPIPE:
+        return
+    order = stage_order(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
+    costs = [chunks[u.chunk].pass_cost(u) for u in order]
+    hidden, interf = stage_pair_totals(pass_times(order, costs, prof))
+    for g, v in hidden.items():
+        parts[g] -= v
+    parts["interference"] += interf
+
+
+def _pair_saving(chunks: list[ChunkWork], share: float, prof: Profile) -> float:
+    """What one forward&backward pair saves on this stage (DualPipe's ``F&B``)."""
+    f_c = share * sum(c.fwd.compute_s for c in chunks)
+    b_c = share * sum(c.bwd.compute_s for c in chunks)
+    f_x = share * sum(overlapped_ep_s(c.fwd) for c in chunks)
+    b_x = share * sum(overlapped_ep_s(c.bwd) for c in chunks)
+    return pair_saving_s(f_c, f_x, b_c, b_x, prof)
 
 
 def _fbw(chunks: list[ChunkWork], share: float) -> tuple[float, float, float]:

@@ -24,6 +24,7 @@ from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit, sends_downstream, stage_order, upstream
 from ..workload.spec import TransformerSpec
 from .events import Engine
+from .pair_overlap import PassTime, pass_times
 from .stage_work import ChunkWork
 
 
@@ -161,11 +162,12 @@ def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int
     host = host_stream(eng, s, prof)
     prev: Unit | None = None
     held: list[Unit] = []                    # a paired unit, waiting for its pair to end
-    for u in stage_order(plan.schedule, s, plan.pp, m, plan.vpp):
-        pc = chunks[u.chunk].pass_cost(u)
+    order = stage_order(plan.schedule, s, plan.pp, m, plan.vpp)
+    costs = [chunks[u.chunk].pass_cost(u) for u in order]
+    for u, pc, pt in zip(order, costs, pass_times(order, costs, prof)):
         prev_layers = len(chunks[prev.chunk].layers) if prev is not None else 0
-        tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c{u.chunk}", pc, prev_layers, u,
-                     prev, plan, s)
+        tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c{u.chunk}", pc, pt, prev_layers,
+                     u, prev, plan, s)
         sending, held = held + ([] if u.paired else [u]), ([u] if u.paired else [])
         for v in sending:
             if plan.pp_blocking_p2p and sends_downstream(v, s, plan.pp, plan.vpp, plan.schedule):
@@ -179,8 +181,8 @@ def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int
     return st
 
 
-def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, prev_layers: int,
-           u: Unit, prev: Unit | None, plan: Plan, s: int) -> int:
+def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, pt: PassTime,
+           prev_layers: int, u: Unit, prev: Unit | None, plan: Plan, s: int) -> int:
     """The host task issuing one pass and the device task running it; returns the last
     task of the pass on the compute stream.
 
@@ -191,20 +193,20 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, prev_la
     ahead: FSDP's rate limiter) or ``sync_at_p2p`` (waits for the device after each
     pipeline hand-off)."""
     comp, kind = st.compute, unit_kind(u)
+    meta = {"stage": s, "kind": kind, "mb": u.mb, "chunk": u.chunk}
+    if pt.hidden_s or pt.interference_s:               # half of a DualPipe pair
+        meta.update(hidden_s=pt.hidden_s, pair_interference_s=pt.interference_s)
     if host is None or pc.host_s <= 0:
-        st.units[u] = eng.add(name, comp, pc.total_s, stage=s, kind=kind, mb=u.mb,
-                              chunk=u.chunk)
+        st.units[u] = eng.add(name, comp, pt.duration_s, **meta)
         return st.units[u]
     h = eng.add(f"host {name}", host, pc.host_s, _host_deps(st, prev_layers, prev, plan), stage=s,
                 kind="host", mb=u.mb, chunk=u.chunk)
     st.hosts[u] = h
     if host == comp:                                   # synchronous: host, then kernels
-        st.units[u] = eng.add(name, comp, pc.total_s, stage=s, kind=kind, mb=u.mb,
-                              chunk=u.chunk)
+        st.units[u] = eng.add(name, comp, pt.duration_s, **meta)
         return st.units[u]
     first = first_op_share(pc.host_ops)
-    st.units[u] = eng.add(name, comp, pc.total_s, [(h, first)], stage=s, kind=kind,
-                          mb=u.mb, chunk=u.chunk)
+    st.units[u] = eng.add(name, comp, pt.duration_s, [(h, first)], **meta)
     return eng.add(f"issued {name}", comp, 0.0, [(h, 1.0)], stage=s, kind="host_wait")
 
 

@@ -34,7 +34,7 @@ def chunk_share(schedule: Schedule) -> float:
 
 
 def closed_form_bubble_s(schedule: Schedule, pp: int, f_s: float, b_s: float,
-                         w_s: float) -> float:
+                         w_s: float, pair_saving_s: float = 0.0) -> float:
     """The published bubble of a split-backward schedule for per-stage, per-micro-batch
     forward ``f_s``, input-gradient ``b_s`` and weight-gradient ``w_s`` seconds (for the
     analytic engine; the event engine plays the schedule instead):
@@ -44,14 +44,14 @@ def closed_form_bubble_s(schedule: Schedule, pp: int, f_s: float, b_s: float,
     * ZB-V: 0 with F = B = W and enough micro-batches (same paper, sec. 6; also the
       authors' comparison table, huggingface.co/spaces/sail/zero-bubble-pipeline-parallellism);
     * DualPipe: ``(pp/2-1)(F&B + B_full - 3W)`` (DeepSeek-V3 report, arXiv 2412.19437,
-      Table 2, where B is the whole backward); with no overlap inside the pair
-      ``F&B = F + B_full``.
+      Table 2, where B is the whole backward), ``F&B = F + B_full - pair_saving_s`` (what
+      overlapping the pair's communication saves, ``engine.pair_overlap``).
     """
     if schedule == Schedule.ZB_H1:
         return (pp - 1) * max(0.0, f_s + b_s - w_s)
     if schedule == Schedule.DUALPIPE:
         full = b_s + w_s
-        return (pp / 2 - 1) * max(0.0, (f_s + full) + full - 3 * w_s)
+        return (pp / 2 - 1) * max(0.0, (f_s + full - pair_saving_s) + full - 3 * w_s)
     return 0.0
 
 
