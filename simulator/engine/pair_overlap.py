@@ -73,7 +73,7 @@ def pass_times(order: Sequence[Unit], costs: Sequence[PassCost], prof: Profile |
     out: list[PassTime] = []
     i = 0
     while i < len(order):
-        if order[i].paired and i + 1 < len(order):
+        if order[i].paired and order[i].overlapped and i + 1 < len(order):
             out.extend(pair_times(costs[i], costs[i + 1], prof))
             i += 2
         else:

@@ -175,12 +175,12 @@ def _pairs_in_parts(parts: dict[str, float], chunks: list[ChunkWork], plan: Plan
 
 
 def _pair_saving(chunks: list[ChunkWork], share: float, prof: Profile) -> float:
-    """What one forward&backward pair saves on this stage (DualPipe's ``F&B``)."""
-    f_c = share * sum(c.fwd.compute_s for c in chunks)
-    b_c = share * sum(c.bwd.compute_s for c in chunks)
-    f_x = share * sum(overlapped_ep_s(c.fwd) for c in chunks)
-    b_x = share * sum(overlapped_ep_s(c.bwd) for c in chunks)
-    return pair_saving_s(f_c, f_x, b_c, b_x, prof)
+    """What one forward&backward pair saves on this stage, on average (DualPipe's ``F&B``):
+    a pair is the forward of one chunk with the backward of the other (``share`` of each
+    kind; one chunk: with itself)."""
+    rev = chunks[::-1]
+    return share * sum(pair_saving_s(f.fwd.compute_s, overlapped_ep_s(f.fwd), b.bwd.compute_s,
+                                     overlapped_ep_s(b.bwd), prof) for f, b in zip(chunks, rev))
 
 
 def _fbw(chunks: list[ChunkWork], share: float) -> tuple[float, float, float]:

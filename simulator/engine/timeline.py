@@ -74,17 +74,36 @@ def _comm_records(stage: int, group: str, name: str, start: float, end: float,
 
 def _pass_records(t: Task, stage: int, pc) -> list[dict[str, Any]]:
     """The collectives inside one pass at their offsets; a collective's hidden part runs
-    on past its exposed part, alongside what follows it."""
+    on past its exposed part, alongside what follows it. Half of a DualPipe pair
+    (``engine.pair_overlap``): the seconds hidden beside the other pass leave each group's
+    exposed time, and the pass's compute stretches by the slowdown, so the segments end
+    with the task."""
     out: list[dict[str, Any]] = []
+    keep, stretch = _pair_scaling(t, pc)
     cursor = t.start_s
     for seg in pc.segments:
+        k = keep.get(seg.group, 1.0)
         if seg.group and seg.comm_s > 0:
-            out += _comm_records(stage, seg.group, seg.name, cursor, cursor + seg.comm_s,
+            end = min(cursor + seg.comm_s, t.end_s) if k < 1.0 else cursor + seg.comm_s
+            out += _comm_records(stage, seg.group, seg.name, cursor, end,
                                  seg.links, {"pass": t.name, "task": t.tid,
-                                             "exposed_s": seg.exposed_s,
+                                             "exposed_s": seg.exposed_s * k,
                                              "bytes": seg.comm_bytes})
-        cursor += seg.duration_s
+        cursor += seg.exposed_s * k + seg.interference_s if seg.group else \
+            seg.duration_s * stretch
     return out
+
+
+def _pair_scaling(t: Task, pc) -> tuple[dict[str, float], float]:
+    """(kept share of each group's exposed seconds, stretch of compute segments) of a pass
+    played as half of a DualPipe pair; ({}, 1) for any other pass."""
+    hidden = t.meta.get("hidden_s") or {}
+    extra = t.meta.get("pair_interference_s", 0.0)
+    if not hidden and not extra:
+        return {}, 1.0
+    keep = {g: max(0.0, 1.0 - h / pc.comm_s[g]) for g, h in hidden.items() if pc.comm_s.get(g)}
+    compute = sum(seg.duration_s for seg in pc.segments if not seg.group)
+    return keep, (compute + extra) / compute if compute > 0 else 1.0
 
 
 def _pass_memory_delta(t: Task, kind: str, mem) -> tuple[float, float]:

@@ -24,13 +24,16 @@ class Unit:
     ``paired``: the unit runs as one block with the next unit of its stage (DualPipe's
     overlapped forward&backward chunk pair): its output leaves when the pair ends, as in the
     reference implementation, which sends both outputs after the pair; not part of the
-    unit's identity."""
+    unit's identity. ``overlapped``: a paired unit's pair also runs each pass's
+    communication beside the other's compute (``engine.pair_overlap``); the reference
+    leaves one pair of the middle ranks unoverlapped."""
 
     fwd: bool
     mb: int
     chunk: int
     part: Part = Part.WHOLE
     paired: bool = field(default=False, compare=False)
+    overlapped: bool = field(default=True, compare=False)
 
     @property
     def releases_activations(self) -> bool:

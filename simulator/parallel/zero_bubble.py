@@ -23,9 +23,10 @@ Chunks and micro-batches:
   ``m/2..m-1`` flowing pp-1 -> 0); the eight phases of ``DualPipe.step`` in the reference
   implementation, with each overlapped forward&backward pair played as its forward then
   its whole backward on the stream (``Unit.paired``: the forward's output leaves when the
-  pair ends, as the reference sends both after the pair; the engine does not overlap the
-  pair's communication with its compute, DualPipe's other gain, so under
-  communication the model is pessimistic for DualPipe).
+  pair ends, as the reference sends both after the pair); the engine runs each pass's
+  expert-parallel all-to-all beside the other pass's compute (``engine.pair_overlap``),
+  except in the first pair of phase 4 on the two middle ranks, which the reference plays
+  unoverlapped (``Unit.overlapped``).
 """
 from __future__ import annotations
 
@@ -86,9 +87,10 @@ class _DualPipeRank:
     def _chunk(self, phase: int) -> int:
         return phase ^ self.swap
 
-    def forward(self, phase: int, paired: bool = False) -> None:
+    def forward(self, phase: int, paired: bool = False, overlapped: bool = True) -> None:
         c = self._chunk(phase)
-        self.order.append(Unit(True, c * self.half + self.next_f[c], c, paired=paired))
+        self.order.append(Unit(True, c * self.half + self.next_f[c], c, paired=paired,
+                               overlapped=overlapped))
         self.next_f[c] += 1
 
     def backward(self, phase: int, zero_bubble: bool = False) -> None:
@@ -118,8 +120,9 @@ def dualpipe(rank: int, pp: int, m: int) -> list[Unit]:
         r.backward(1, zero_bubble=True)
         r.weight()
         r.forward(1)
-    for _ in range(half_m - pp + hr + 1):                    # 4: nF0B1F1B0
-        r.forward(0, paired=True)
+    for i in range(half_m - pp + hr + 1):                    # 4: nF0B1F1B0
+        # the reference does not overlap the middle ranks' first pair (DualPipe.step)
+        r.forward(0, paired=True, overlapped=not (i == 0 and hr == half_pp - 1))
         r.backward(1)
         r.forward(1, paired=True)
         r.backward(0)
