@@ -117,8 +117,27 @@ def _init_pool_worker(contexts: Sequence[EvalContext]) -> None:
     stopping it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):      # forked while the parent held SIGTERM back
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     _die_with_parent()
     _init_worker(contexts)
+
+
+class _sigterm_held:
+    """SIGTERM held back in this thread while a pool forks its workers (``submit`` /
+    ``map`` start them): Python would otherwise run the CLI's handler inside an at-fork
+    hook (logging's ``_releaseLock``), where its exception is only printed ("Exception
+    ignored in ..."). A signal that arrives meanwhile is delivered, normally, when the
+    mask is restored; threads started meanwhile (the pool's manager) keep it held, so it
+    comes to this one. The workers release it first thing (``_init_pool_worker``)."""
+
+    def __enter__(self) -> None:
+        self.old = (signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+                    if hasattr(signal, "pthread_sigmask") else None)
+
+    def __exit__(self, *exc) -> None:
+        if self.old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
 
 
 def _die_with_parent() -> None:
@@ -193,7 +212,9 @@ def parallel_map(fn, args: Sequence[Any], workers: int) -> list[Any]:
     pool = ProcessPoolExecutor(min(workers, len(args)), mp_context=mp.get_context("fork"),
                                initializer=_init_pool_worker, initargs=((),))
     try:
-        out = list(pool.map(fn, args))
+        with _sigterm_held():
+            results = pool.map(fn, args)         # submits (and forks) now, yields later
+        out = list(results)
     except BaseException:
         stop_pool(pool, spare)
         raise
@@ -261,7 +282,8 @@ def _drain(pool: ProcessPoolExecutor, batches: list[Batch], window: int):
     try:
         while todo or running:
             while todo and len(running) < window:
-                running.add(pool.submit(_run_batch, todo.pop()))
+                with _sigterm_held():
+                    running.add(pool.submit(_run_batch, todo.pop()))
             done, running = wait(running, return_when=FIRST_COMPLETED)
             raise_if_stopped()
             for f in done:

@@ -188,3 +188,25 @@ def test_stopping_a_pool_drops_only_the_manager_threads_cancelled_future_error()
         assert seen == [("other", InvalidStateError), ("manager", ValueError)]
     finally:
         threading.excepthook = before
+
+
+def test_sigterm_is_held_while_a_pool_forks_and_delivered_after():
+    """``_sigterm_held`` (around ``submit`` / ``map``, which fork the workers): a SIGTERM
+    arriving inside is pending, not handled, so no handler runs inside an at-fork hook;
+    it is handled the moment the block ends."""
+    from simulator.search.executor import _sigterm_held
+    if not hasattr(signal, "pthread_sigmask"):
+        pytest.skip("no pthread_sigmask on this platform")
+    seen: list[str] = []
+    before = signal.signal(signal.SIGTERM, lambda *_: seen.append("handled"))
+    try:
+        with _sigterm_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert signal.SIGTERM in signal.sigpending()
+            seen.append("inside")
+        time.sleep(0.05)
+        assert seen == ["inside", "handled"]
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.signal(signal.SIGTERM, before)
