@@ -72,6 +72,11 @@ def clear_stop_signal() -> None:
     _stop_signal = 0
 
 
+def stop_requested() -> bool:
+    """Whether a stop signal has arrived (see ``note_stop_signal``)."""
+    return bool(_stop_signal)
+
+
 def raise_if_stopped() -> None:
     """``Terminated`` if a stop signal arrived (whether or not its own raise got through)."""
     if _stop_signal:

@@ -24,7 +24,7 @@ import traceback
 
 from ..boundary.limits import using_limits
 from ..errors import (ComplexityError, Terminated, clear_stop_signal, note_stop_signal,
-                      raise_if_stopped)
+                      raise_if_stopped, stop_requested)
 from .checks import check_args
 from .flags import finish_parser
 from .progress import listening_for
@@ -117,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     global _handler_pid
     previous = None
     _handler_pid = os.getpid()
+    clear_stop_signal()
     try:
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:                           # not the main thread (embedded use)
@@ -127,10 +128,16 @@ def _run(args: argparse.Namespace) -> int:
             rc = int(args.func(args) or 0)
             raise_if_stopped()               # the signal's own raise was swallowed
             return rc
+    except Terminated:
+        raise
+    except BaseException as exc:             # the signal landed inside library code (a
+        if stop_requested():                 # lock's wait, say) and broke it: still a stop
+            raise Terminated() from exc
+        raise
     finally:
-        clear_stop_signal()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        clear_stop_signal()
 
 
 def _why(exc: BaseException) -> str:

@@ -129,7 +129,9 @@ class _sigterm_held:
     hook (logging's ``_releaseLock``), where its exception is only printed ("Exception
     ignored in ..."). A signal that arrives meanwhile is delivered, normally, when the
     mask is restored; threads started meanwhile (the pool's manager) keep it held, so it
-    comes to this one. The workers release it first thing (``_init_pool_worker``)."""
+    comes to this one. The workers release it first thing (``_init_pool_worker``). In a
+    process with other threads that do not hold it (not the CLI's), the kernel may hand
+    the signal to one of them and Python then runs the handler here, hold or not."""
 
     def __enter__(self) -> None:
         self.old = (signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -232,12 +234,17 @@ def stop_pool(pool: ProcessPoolExecutor, spare: frozenset[int] = frozenset()) ->
     """End a pool now: drop queued work and terminate its workers (running batches are
     abandoned; their results were not needed), then reap them so none is left behind. A
     worker forked while the pool was being stopped may not be in the pool's list yet: every
-    multiprocessing child not in ``spare`` (``children()`` taken before the pool) goes too."""
+    multiprocessing child not in ``spare`` (``children()`` taken before the pool) goes too.
+    A second SIGTERM waits until this is done (``_sigterm_held``). A worker killed while
+    it sent a result leaves half a message in the result pipe, and the manager thread
+    would wait in ``recv`` forever (this process holds the pipe's write end) and hang the
+    interpreter's exit, which joins it: once the workers are reaped that end is closed."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     known = {p.pid for p in procs} | spare
     procs += [p for p in mp.active_children() if p.pid not in known]
     manager = getattr(pool, "_executor_manager_thread", None)
-    with _quiet_manager(manager):
+    results = getattr(pool, "_result_queue", None)
+    with _sigterm_held(), _quiet_manager(manager):
         pool.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             if p.is_alive():
@@ -247,8 +254,20 @@ def stop_pool(pool: ProcessPoolExecutor, spare: frozenset[int] = frozenset()) ->
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-        if manager is not None:
+        _close_writer(results)
+        if manager is not None and manager.ident is not None:
             manager.join(timeout=5)
+
+
+def _close_writer(queue) -> None:
+    """Close this process's write end of a pool's result pipe (the manager reading it sees
+    the end of the stream instead of waiting for the rest of a dead worker's message)."""
+    writer = getattr(queue, "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
+            pass
 
 
 class _quiet_manager:

@@ -193,7 +193,11 @@ def test_stopping_a_pool_drops_only_the_manager_threads_cancelled_future_error()
 def test_sigterm_is_held_while_a_pool_forks_and_delivered_after():
     """``_sigterm_held`` (around ``submit`` / ``map``, which fork the workers): a SIGTERM
     arriving inside is pending, not handled, so no handler runs inside an at-fork hook;
-    it is handled the moment the block ends."""
+    it is handled the moment the block ends. The signal is sent to this thread (in the
+    CLI the main thread is the only one without the block when the pool forks; here
+    other tests may have left threads that would take a process-directed signal)."""
+    import threading
+
     from simulator.search.executor import _sigterm_held
     if not hasattr(signal, "pthread_sigmask"):
         pytest.skip("no pthread_sigmask on this platform")
@@ -201,7 +205,7 @@ def test_sigterm_is_held_while_a_pool_forks_and_delivered_after():
     before = signal.signal(signal.SIGTERM, lambda *_: seen.append("handled"))
     try:
         with _sigterm_held():
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
             time.sleep(0.05)
             assert signal.SIGTERM in signal.sigpending()
             seen.append("inside")
@@ -210,3 +214,47 @@ def test_sigterm_is_held_while_a_pool_forks_and_delivered_after():
         assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_stop_that_broke_library_code_is_still_a_stop(tmp_path, monkeypatch, capsys):
+    """A SIGTERM handled inside library code can break it with another error (seen once:
+    ``RuntimeError: release unlocked lock`` from a ``Condition.wait``); with the stop
+    recorded, the command reports it as terminated (143, one line), not as an internal
+    error (exit 1)."""
+    from simulator.cli import main as cli_main
+    runs = _tiny_runs(tmp_path, 1)
+
+    def broken_by_signal(row, *a):
+        try:
+            cli_main._raise_terminated(signal.SIGTERM, None)
+        except BaseException:
+            pass
+        raise RuntimeError("release unlocked lock")
+
+    monkeypatch.setattr(commands, "predict_row", broken_by_signal)
+    assert main(["predict", "--runs", str(runs), "--quiet"]) == 143
+    assert capsys.readouterr().err.strip().splitlines() == ["complexity predict: terminated"]
+
+
+def test_stopping_a_pool_mid_result_does_not_leave_its_manager_waiting():
+    """A worker killed while it sends a result leaves half a message in the result pipe;
+    the manager thread must not wait for the rest (the interpreter's exit joins it):
+    ``stop_pool`` closes this process's write end once the workers are reaped."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from simulator.search.executor import stop_pool
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
+    pool.submit(_big_result, 256 << 20)
+    manager = pool._executor_manager_thread
+    reader = pool._result_queue._reader
+    t0 = time.time()
+    while not reader.poll(0) and time.time() - t0 < 30:      # the send has begun
+        time.sleep(0.0005)
+    stop_pool(pool)
+    manager.join(timeout=10)
+    assert not manager.is_alive()
+
+
+def _big_result(n: int) -> bytes:
+    return b"x" * n
