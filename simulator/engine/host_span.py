@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from ..cost.host import lead_layers, lead_release_frac
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
-from ..parallel.schedule import iter_pass_order, stage_order
-from .pair_overlap import pass_times
+from ..parallel.schedule import iter_pass_order
+from .pair_overlap import played_passes
 from .stage_work import ChunkWork, pass_numbers
 
 
@@ -47,10 +47,8 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
         h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
         each = list(kinds.values())
     else:
-        order = stage_order(plan.schedule, stage, plan.pp, m, plan.vpp)
-        costs = [chunks[u.chunk].pass_cost(u) for u in order]
         passes = [(pt.duration_s,) + pass_numbers(pc, chunks[u.chunk])[1:]
-                  for u, pc, pt in zip(order, costs, pass_times(order, costs, prof))]
+                  for u, pc, pt in played_passes(chunks, plan, stage, m, prof)]
         g_total = sum(p[0] for p in passes)
         h_total = sum(max(0.0, p[1]) for p in passes)
         each = passes

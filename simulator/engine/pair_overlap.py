@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from ..cost.layer import PassCost, interference_s
 from ..hardware.profile import Profile
+from ..parallel.plan import Plan
+from ..parallel.schedule import stage_order
 from ..parallel.units import Unit
 
 OVERLAPPED_GROUPS = ("ep",)
@@ -80,6 +82,16 @@ def pass_times(order: Sequence[Unit], costs: Sequence[PassCost], prof: Profile |
             out.append(PassTime(costs[i].total_s))
             i += 1
     return out
+
+
+def played_passes(chunks: Sequence, plan: Plan, stage: int, m: int, prof: Profile | None
+                  ) -> list[tuple[Unit, PassCost, PassTime]]:
+    """Stage ``stage``'s passes in schedule order over ``m`` micro-batches, each with its
+    cost (``chunks[u.chunk].pass_cost``) and how it is played (``pass_times``): what both
+    engines read."""
+    order = stage_order(plan.schedule, stage, plan.pp, m, plan.vpp)
+    costs = [chunks[u.chunk].pass_cost(u) for u in order]
+    return list(zip(order, costs, pass_times(order, costs, prof)))
 
 
 def overlapped_ep_s(pc: PassCost) -> float:

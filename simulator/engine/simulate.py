@@ -14,19 +14,19 @@ from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory
 from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, Schedule, validate
-from ..parallel.schedule import (
-    chunk_share,
-    closed_form_bubble_s,
-    splits_backward,
-    stage_order,
-)
+from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
 from ..workload.spec import TransformerSpec
 from .breakdown import event_breakdown
 from .events import Engine
 from .host_span import stage_span
 from .memory_fit import memory_verdict
 from .network_use import with_link_use
-from .pair_overlap import overlapped_ep_s, pair_saving_s, pass_times, stage_pair_totals
+from .pair_overlap import (
+    overlapped_ep_s,
+    pair_saving_s,
+    played_passes,
+    stage_pair_totals,
+)
 from .periodic import long_enough, periodic_event_step
 from .result import Breakdown, Result, StageReport
 from .stage_work import ChunkWork, build_chunks, place_groups
@@ -166,9 +166,8 @@ def _pairs_in_parts(parts: dict[str, float], chunks: list[ChunkWork], plan: Plan
     other pass leaves the exposed parts, the slowdown it causes joins interference."""
     if plan.schedule != Schedule.DUALPIPE:
         return
-    order = stage_order(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
-    costs = [chunks[u.chunk].pass_cost(u) for u in order]
-    hidden, interf = stage_pair_totals(pass_times(order, costs, prof))
+    played = played_passes(chunks, plan, s, plan.num_microbatches, prof)
+    hidden, interf = stage_pair_totals([pt for _, _, pt in played])
     for g, v in hidden.items():
         parts[g] -= v
     parts["interference"] += interf

@@ -21,10 +21,10 @@ from ..network.collectives import Collective
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
-from ..parallel.schedule import Part, Unit, sends_downstream, stage_order, upstream
+from ..parallel.schedule import Part, Unit, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
 from .events import Engine
-from .pair_overlap import PassTime, pass_times
+from .pair_overlap import PassTime, played_passes
 from .stage_work import ChunkWork
 
 
@@ -162,9 +162,7 @@ def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int
     host = host_stream(eng, s, prof)
     prev: Unit | None = None
     held: list[Unit] = []                    # a paired unit, waiting for its pair to end
-    order = stage_order(plan.schedule, s, plan.pp, m, plan.vpp)
-    costs = [chunks[u.chunk].pass_cost(u) for u in order]
-    for u, pc, pt in zip(order, costs, pass_times(order, costs, prof)):
+    for u, pc, pt in played_passes(chunks, plan, s, m, prof):
         prev_layers = len(chunks[prev.chunk].layers) if prev is not None else 0
         tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c{u.chunk}", pc, pt, prev_layers,
                      u, prev, plan, s)
