@@ -11,8 +11,8 @@ MFU, time-to-train, cost, energy) gets the same relative interval; for throughpu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..engine.result import Result
 from ..hardware.profile import Profile
@@ -76,12 +76,16 @@ def distinguishable(a: Interval, b: Interval) -> bool:
 
 @dataclass(frozen=True)
 class Uncertainty:
-    """The spread of one prediction: coefficient part, model-form part, and why."""
+    """The spread of one prediction: coefficient part, model-form part, and why.
+    ``unvalidated``: ``{"feature=value": variance}`` for the regime's values that no
+    validation row has, each widening the model-form part by its novelty variance
+    (already inside ``model_form_sigma_log``)."""
 
     coefficient: CoefficientSpread
     model_form_sigma_log: float
     regime: Regime
     level: float = LEVEL
+    unvalidated: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def sigma_log(self) -> float:
@@ -99,12 +103,15 @@ class Uncertainty:
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "sigma_log": self.sigma_log,
                 "model_form_sigma_log": self.model_form_sigma_log,
-                "coefficient": self.coefficient.to_dict(), "regime": self.regime.as_dict()}
+                "coefficient": self.coefficient.to_dict(), "regime": self.regime.as_dict(),
+                "unvalidated_novelty_var": dict(self.unvalidated)}
 
     def describe(self) -> str:
+        new = (f"; not validated: {', '.join(self.unvalidated)}" if self.unvalidated else "")
         return (f"coefficients +/-{100 * self.coefficient.sigma_log:.1f} % "
                 f"({self.coefficient.n_simulations} extra analytic simulations), model form "
-                f"+/-{100 * self.model_form_sigma_log:.1f} % (1 sd; regime {self.regime.key()})")
+                f"+/-{100 * self.model_form_sigma_log:.1f} % (1 sd; regime {self.regime.key()}"
+                f"{new})")
 
 
 def estimate_uncertainty(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
@@ -114,7 +121,7 @@ def estimate_uncertainty(model: TransformerSpec, plan: Plan, cluster: ClusterSpe
     regime = regime_of(model, plan, cluster, framework)
     table = table or load_table()
     return Uncertainty(coefficient_spread(model, plan, cluster, profile),
-                       table.sigma_log(regime), regime)
+                       table.sigma_log(regime), regime, unvalidated=table.unseen(regime))
 
 
 def _num(v: float) -> str:

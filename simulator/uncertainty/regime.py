@@ -64,7 +64,7 @@ def regime_of(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         gpu=gpu_family(cluster.gpu.key),
         framework=(framework or "").strip().lower() or UNKNOWN,
         moe="moe" if model.moe is not None else "dense",
-        context=_bucket(model.seq_len, (2048, 4096), ("<=2k", "4k", ">4k")),
+        context=_bucket(model.seq_len, (2048, 4096, 8192), ("<=2k", "4k", "8k", ">8k")),
         size=_bucket(params, (10e9, 100e9), ("<10B", "10-100B", ">100B")),
         kernel=_bucket(model.hidden / plan.tp, (1024, 2048), ("<=1k", "<=2k", ">2k")),
         scale=_bucket(cluster.n_gpus, (8, 64, 512), ("<=8", "<=64", "<=512", ">512")))

@@ -13,7 +13,18 @@ similarity-weighted mean of the rows' excess squared residuals, shrunk towards a
 
 A regime far from every validated row (small ``sum w``) falls back on the prior, which
 ``prior_scale`` (learned by leaving whole sources out) makes as wide as the error on a
-source never seen. The squared residual counts a row's bias as spread: the interval is
+source never seen.
+
+A feature *value* that no row has (a GPU family, framework or MoE never validated, a
+context beyond the longest validated one) adds a *novelty* variance on top:
+
+    v(x)  += sum over features f where x's value is in no row of novelty[f]
+
+``novelty[f]`` is learned by leaving each value of ``f`` out in turn (``learn.py``): how
+much larger the left-out rows' excess squared residuals were than the variance the table
+learned without them gave them. A feature with a single value in the rows (every public
+row is dense, so ``moe``) cannot be learned that way; it is *assumed* as novel as the most
+novel learned feature (``novelty_var``), and says so. The squared residual counts a row's bias as spread: the interval is
 centred on the point prediction, which is never shifted.
 
 The learning itself (``simulator.uncertainty.learn``) needs numpy; reading the shipped
@@ -30,7 +41,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import InvalidInputError
 from .regime import FEATURES, UNKNOWN, Regime
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SHIPPED_TABLE = Path(__file__).resolve().parent / "data" / "model_form.json"
 
 
@@ -97,13 +108,36 @@ def similarity_weight(a: Regime, b: Regime, similarity: Mapping[str, float]) -> 
 
 @dataclass(frozen=True)
 class ModelFormTable:
+    """``novelty[f]``: extra variance of ln(step time) for a value of feature ``f`` that no
+    record has (``None`` where the rows give ``f`` a single value, so it was not learned)."""
+
     records: tuple[ResidualRecord, ...]
     hyper: Hyper
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    novelty: Mapping[str, float | None] = field(default_factory=dict)
 
     @property
     def prior_var(self) -> float:
         return self.hyper.prior_scale ** 2 * pooled_excess_var(self.records)
+
+    def novelty_var(self, feature: str) -> tuple[float, bool]:
+        """(variance, learned) for a value of ``feature`` no record has; an unlearned
+        feature is assumed as novel as the most novel learned one (0 if none is learned)."""
+        v = self.novelty.get(feature)
+        if v is not None:
+            return v, True
+        learned = [x for x in self.novelty.values() if x is not None]
+        return (max(learned) if learned else 0.0), False
+
+    def unseen(self, regime: Regime) -> dict[str, float]:
+        """``{"feature=value": novelty variance}`` for each known value of ``regime`` that no
+        record has (empty inside the validated range)."""
+        out = {}
+        for f in FEATURES:
+            x = getattr(regime, f)
+            if x != UNKNOWN and all(getattr(r.regime, f) != x for r in self.records):
+                out[f"{f}={x}"] = self.novelty_var(f)[0]
+        return out
 
     def sigma_log(self, regime: Regime) -> float:
         """Model-form standard deviation of ln(step time) in ``regime``."""
@@ -113,7 +147,8 @@ class ModelFormTable:
             w = similarity_weight(regime, r.regime, self.hyper.similarity)
             num += w * r.excess_var
             den += w
-        return math.sqrt(max(0.0, num / den)) if den > 0 else 0.0
+        v = max(0.0, num / den) if den > 0 else 0.0
+        return math.sqrt(v + sum(self.unseen(regime).values()))
 
     # ---- JSON ----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +156,7 @@ class ModelFormTable:
                 "what": "model-form error of the step-time prediction by regime; read by "
                         "simulator.uncertainty (see simulator/uncertainty/table.py)",
                 "provenance": dict(self.provenance), "hyper": self.hyper.to_dict(),
+                "novelty": {f: self.novelty.get(f) for f in FEATURES},
                 "records": [r.to_dict() for r in self.records]}
 
     def write_json(self, path: str | Path) -> Path:
@@ -141,7 +177,9 @@ class ModelFormTable:
         recs = tuple(ResidualRecord(r["id"], r["source"], Regime.from_dict(r["regime"]),
                                     float(r["log_residual"]), float(r["coef_sigma_log"]))
                      for r in d["records"])
-        return cls(recs, hyper, dict(d.get("provenance", {})))
+        nov = d["novelty"]
+        novelty = {f: (None if nov.get(f) is None else float(nov[f])) for f in FEATURES}
+        return cls(recs, hyper, dict(d.get("provenance", {})), novelty)
 
     @classmethod
     def read_json(cls, path: str | Path) -> "ModelFormTable":

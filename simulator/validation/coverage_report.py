@@ -2,12 +2,14 @@
 regime feature, a reliability table (nominal vs observed coverage) and its plot."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
 from ..uncertainty.calibration import Coverage, coverage, coverage_by, reliability
 from ..uncertainty.learn import HeldOut
 from ..uncertainty.regime import FEATURES
+from ..uncertainty.table import ModelFormTable
 from .intervals import Learned
 
 
@@ -50,7 +52,23 @@ def coverage_markdown(learned: Learned, plot_name: str | None) -> list[str]:
               "`simulator/uncertainty/data/model_form.json`): similarity per differing feature "
               f"{sims}; prior {hy.prior_rows:g} pseudo-rows at {hy.prior_scale:g} x the pooled "
               "spread.", ""]
+    lines += _novelty_lines(learned.table)
     return lines
+
+
+def _novelty_lines(table: ModelFormTable) -> list[str]:
+    """What a value no validation row has adds (learned by leaving each value out)."""
+    cells = []
+    for f in FEATURES:
+        v, learned = table.novelty_var(f)
+        how = "learned" if learned else "assumed: the largest learned (one value in the rows)"
+        cells.append(f"| {f} | {v:.4f} | {100 * math.sqrt(v):.1f} | {how} |")
+    return ["A value no row has (a GPU family, framework, MoE, context beyond 8k tokens "
+            "never validated) widens the model-form part by its novelty variance, learned by "
+            "leaving each value of the feature out (gaps clipped at zero, averaged over the "
+            "values):", "",
+            "| feature | novelty variance (ln time)^2 | as 1 sd % | how |",
+            "|---|---:|---:|---|"] + cells + [""]
 
 
 def plot_reliability(heldout: Sequence[HeldOut], path: str | Path) -> Path | None:

@@ -60,7 +60,8 @@ def attach_intervals(outcomes: Sequence[RowOutcome], table: ModelFormTable,
             continue
         i = o.inputs
         regime = regime_of(i.model, i.plan, i.cluster, i.framework)
-        o.uncertainty = Uncertainty(s, table.sigma_log(regime), regime)
+        o.uncertainty = Uncertainty(s, table.sigma_log(regime), regime,
+                                    unvalidated=table.unseen(regime))
 
 
 def _measured(o: RowOutcome) -> float | None:

@@ -18,7 +18,13 @@ from simulator.uncertainty.interval import (
     log_interval_like,
     overlap_fraction,
 )
-from simulator.uncertainty.learn import LEVEL, learn_table, loso_evaluation, z_of
+from simulator.uncertainty.learn import (
+    LEVEL,
+    learn_novelty,
+    learn_table,
+    loso_evaluation,
+    z_of,
+)
 from simulator.uncertainty.regime import FEATURES, UNKNOWN, Regime
 from simulator.uncertainty.table import (
     SHIPPED_TABLE,
@@ -131,6 +137,64 @@ def test_a_noisier_regime_gets_wider_intervals():
     t = learn_table(synthetic(lambda r: 0.25 if r.gpu == "h100" else 0.05, rows=12))
     assert t.hyper.similarity["gpu"] < 1.0
     assert t.sigma_log(regime(gpu="h100")) > 2 * t.sigma_log(regime(gpu="a100"))
+
+
+# ---- novelty: a value no validation row has ---------------------------------------------
+def _small_table(novelty) -> ModelFormTable:
+    recs = (ResidualRecord("a", "s1", regime(), 0.10, 0.0),
+            ResidualRecord("b", "s2", regime(gpu="h100"), -0.20, 0.0))
+    return ModelFormTable(recs, Hyper({f: 0.5 for f in FEATURES}, 1.0, 1.0), {}, novelty)
+
+
+def test_novelty_adds_to_the_variance_of_an_unseen_value_only():
+    t0 = _small_table({})
+    t = _small_table({"gpu": 0.01, "framework": 0.003})
+    seen, new = regime(gpu="h100"), regime(gpu="b200")
+    assert t.sigma_log(seen) == t0.sigma_log(seen)                # value in the rows
+    assert t.unseen(seen) == {}
+    assert t.sigma_log(new) ** 2 == pytest.approx(t0.sigma_log(new) ** 2 + 0.01, rel=1e-12)
+    assert t.unseen(new) == {"gpu=b200": 0.01}
+    both = regime(gpu="b200", framework="torchtitan")
+    assert t.sigma_log(both) ** 2 == pytest.approx(t0.sigma_log(both) ** 2 + 0.013, rel=1e-12)
+    # an unknown value is not a new one
+    assert t.sigma_log(regime(gpu=UNKNOWN)) == t0.sigma_log(regime(gpu=UNKNOWN))
+
+
+def test_a_feature_with_one_value_assumes_the_largest_learned_novelty():
+    t = _small_table({"gpu": 0.01, "framework": 0.003, "moe": None})
+    assert t.novelty_var("moe") == (0.01, False)
+    assert t.novelty_var("framework") == (0.003, True)
+    assert t.unseen(regime(moe="moe")) == {"moe=moe": 0.01}
+    assert _small_table({}).novelty_var("moe") == (0.0, False)   # nothing learned: nothing added
+
+
+def test_a_value_worse_than_its_fallback_earns_novelty():
+    """One framework (one source) 8x noisier than the rest: leaving it out, the table
+    learned from the others under-covers it, so a new framework value gets a novelty
+    variance well above what homoscedastic rows give (small, from the clip on noise)."""
+    homo = learn_novelty(synthetic(lambda r: 0.05))
+    recs = synthetic(lambda r: 0.4 if r.framework == "fw0" else 0.05)
+    hetero = learn_novelty(recs)
+    assert homo["moe"] is None and hetero["moe"] is None        # one value: not learnable
+    # fw0's gap over the others' ~0.05^2, averaged over 6 framework values (at least half
+    # of it survives: the others' tables are not far below their own rows)
+    fw0 = [r.log_residual ** 2 for r in recs if r.regime.framework == "fw0"]
+    assert hetero["framework"] > 0.5 * (sum(fw0) / len(fw0) - 0.05 ** 2) / 6
+    assert hetero["framework"] > 5 * homo["framework"]
+    assert all(v is None or v >= 0 for v in list(homo.values()) + list(hetero.values()))
+
+
+def test_novelty_widens_the_held_out_interval_of_a_source_with_a_new_value():
+    """In the nested check a left-out source's framework is a value the rest never saw:
+    its held-out sigma includes the learned novelty (so a noisy new framework is covered
+    more often than without it)."""
+    recs = synthetic(lambda r: 0.3 if r.framework == "fw0" else 0.05)
+    held = [h for h in loso_evaluation(recs) if h.record.source == "src0"]
+    others = [r for r in recs if r.source != "src0"]
+    base = learn_table(others)
+    bare = ModelFormTable(base.records, base.hyper, {}, {})
+    for h in held:
+        assert h.model_form_sigma_log > bare.sigma_log(h.record.regime)
 
 
 def test_shipped_table_loads_and_says_where_it_came_from():
