@@ -8,6 +8,11 @@ fixed grids, minimising the mean 80 % interval score (Gneiting & Raftery 2007, e
 width + (2 / alpha) x distance outside) of the rows of each left-out source, each source
 weighted equally. Deterministic: fixed start, fixed order, strict improvement only.
 
+The table keeps not one set of hyperparameters but the *ensemble* fitted to all sources
+and to all sources less each one (bagging over the folds) and averages the variance over
+it: the coordinate descent's grid choices flip on small residual changes, the average
+moves by a fraction of a flip.
+
 ``learn_novelty`` learns, per feature, the extra variance of a value no row has: each value
 of the feature is left out in turn (with its rows), the table is learned (hyperparameters
 included) from the rest, and the left-out rows' mean excess squared residual is compared
@@ -73,7 +78,8 @@ class HeldOut:
 
 
 class _Data:
-    """Records as arrays: codes per feature (-1 = unknown), mismatch matrices."""
+    """Records as arrays: mismatch matrices per feature, source codes, and a cache of the
+    row-to-row weight matrix per similarity vector (the search revisits the same ones)."""
 
     def __init__(self, records: Sequence[ResidualRecord]):
         import numpy as np
@@ -82,23 +88,43 @@ class _Data:
         self.c2 = np.array([x.coef_sigma_log ** 2 for x in records])
         self.e = self.r ** 2 - self.c2
         self.sources = np.array([x.source for x in records])
-        self.mismatch = {}
+        names = sorted(set(self.sources.tolist()))
+        self.source_code = np.array([names.index(x) for x in self.sources.tolist()], dtype=int)
+        mismatch = []
         for f in FEATURES:
             vals = [getattr(x.regime, f) for x in records]
             known = np.array([v != UNKNOWN for v in vals])
             index = {v: n for n, v in enumerate(sorted(set(vals)))}
             codes = np.array([index[v] for v in vals])
-            self.mismatch[f] = ((codes[:, None] != codes[None, :])
-                                & known[:, None] & known[None, :]).astype(float)
+            mismatch.append(((codes[:, None] != codes[None, :])
+                             & known[:, None] & known[None, :]).astype(float))
+        self.mismatch = np.stack(mismatch) if records else np.zeros((len(FEATURES), 0, 0))
+        self._w: dict[tuple[float, ...], Any] = {}
+        self.fits: dict[tuple[int, ...], tuple[Hyper, float]] = {}   # _fit's memo
+
+    def weights(self, h: Hyper):
+        """``w[i, j]``: weight of row ``j`` for a query in row ``i``'s regime."""
+        import numpy as np
+        key = tuple(h.similarity[f] for f in FEATURES)
+        if key not in self._w:
+            logsim = np.array([math.log(v) for v in key])
+            self._w[key] = np.exp(np.tensordot(logsim, self.mismatch, axes=1))
+        return self._w[key]
+
+    def pooled(self, train) -> float:
+        """``table.pooled_excess_var`` of the rows ``train``."""
+        import numpy as np
+        codes = self.source_code[train]
+        n = np.bincount(codes, minlength=int(self.source_code.max(initial=0)) + 1)
+        tot = np.bincount(codes, weights=self.e[train], minlength=len(n))
+        means = tot[n > 0] / n[n > 0]
+        return max(0.0, float(means.mean())) if len(means) else 0.0
 
     def model_var(self, train, test, h: Hyper):
         """Model-form variance of ``test`` rows from the ``train`` rows (``table.py``)."""
         import numpy as np
-        logw = np.zeros((len(test), len(train)))
-        for f in FEATURES:
-            logw += self.mismatch[f][np.ix_(test, train)] * math.log(h.similarity[f])
-        w = np.exp(logw)
-        prior = h.prior_scale ** 2 * _pooled(self.e[train], self.sources[train])
+        w = self.weights(h)[np.ix_(test, train)]
+        prior = h.prior_scale ** 2 * self.pooled(train)
         v = (w @ self.e[train] + h.prior_rows * prior) / (w.sum(axis=1) + h.prior_rows)
         return np.maximum(v, 0.0)
 
@@ -107,18 +133,13 @@ class _Data:
         import numpy as np
         z, alpha = z_of(LEVEL), 1.0 - LEVEL
         scores = []
-        for s in sorted(set(self.sources[idx])):
-            test = idx[self.sources[idx] == s]
-            train = idx[self.sources[idx] != s]
+        src = self.sources[idx]
+        for s in sorted(set(src.tolist())):
+            test, train = idx[src == s], idx[src != s]
             sig = np.sqrt(self.model_var(train, test, h) + self.c2[test])
             miss = np.maximum(0.0, np.abs(self.r[test]) - z * sig)
             scores.append(float(np.mean(2 * z * sig + (2.0 / alpha) * miss)))
         return sum(scores) / len(scores)
-
-
-def _pooled(e, sources) -> float:
-    vals = [float(e[sources == s].mean()) for s in sorted(set(sources))]
-    return max(0.0, sum(vals) / len(vals)) if vals else 0.0
 
 
 def _moves(h: Hyper):
@@ -136,6 +157,14 @@ def _moves(h: Hyper):
 
 
 def _fit(data: _Data, idx) -> tuple[Hyper, float]:
+    key = tuple(int(i) for i in idx)
+    if key not in data.fits:
+        data.fits[key] = _descend(data, idx)
+    return data.fits[key]
+
+
+def _descend(data: _Data, idx) -> tuple[Hyper, float]:
+    """Coordinate descent over the grids from ``START`` (deterministic)."""
     h = START
     if len(set(data.sources[idx])) < 2:
         return h, float("nan")
@@ -151,9 +180,28 @@ def _fit(data: _Data, idx) -> tuple[Hyper, float]:
     return h, best
 
 
+def _ensemble(data: _Data, idx) -> tuple[Hyper, ...]:
+    """The hyperparameters fitted to the rows ``idx`` and to ``idx`` less each source in
+    turn (bagging over the leave-one-source-out folds): the table averages the variance
+    over them, so a small change of the residuals that flips one grid choice moves the
+    interval by a fraction of the flip."""
+    import numpy as np
+    out = [_fit(data, idx)[0]]
+    for s in sorted(set(data.sources[idx])):
+        rest = idx[data.sources[idx] != s]
+        if len(set(data.sources[rest])) >= 2:
+            out.append(_fit(data, rest)[0])
+    return tuple(out)
+
+
+def _bag_var(data: _Data, train, test, hypers: Sequence[Hyper]):
+    """``_Data.model_var`` averaged over ``hypers`` (as ``ModelFormTable`` does)."""
+    return sum(data.model_var(train, test, h) for h in hypers) / len(hypers)
+
+
 def _novelty(data: _Data, idx) -> dict[str, float | None]:
     """Per feature, the novelty variance learned from the rows ``idx`` (``None`` where
-    fewer than one value can be left out with two sources left to learn from)."""
+    no value can be left out with two sources left to learn from)."""
     import numpy as np
     out: dict[str, float | None] = {}
     for f in FEATURES:
@@ -164,9 +212,8 @@ def _novelty(data: _Data, idx) -> dict[str, float | None]:
             test, train = idx[held], idx[~held]
             if len(set(data.sources[train])) < 2:
                 continue
-            h, _ = _fit(data, train)
-            gap = float(np.mean(data.e[test]) - np.mean(data.model_var(train, test, h)))
-            gaps.append(max(0.0, gap))
+            v = _bag_var(data, train, test, _ensemble(data, train))
+            gaps.append(max(0.0, float(np.mean(data.e[test]) - np.mean(v))))
         out[f] = round(sum(gaps) / len(gaps), 8) if gaps else None
     return out
 
@@ -177,31 +224,34 @@ def learn_novelty(records: Sequence[ResidualRecord]) -> dict[str, float | None]:
     return _novelty(_Data(records), np.arange(len(records)))
 
 
+def _table(data: _Data, idx, provenance: Mapping[str, Any]) -> ModelFormTable:
+    hypers = _ensemble(data, idx)
+    return ModelFormTable(tuple(data.records[int(i)] for i in idx), hypers[0],
+                          provenance, _novelty(data, idx), hypers)
+
+
 def learn_table(records: Sequence[ResidualRecord],
                 provenance: Mapping[str, Any] | None = None) -> ModelFormTable:
-    """Hyperparameters by leave-one-source-out over ``records``, novelty by leaving each
-    feature value out; the table holds them all."""
+    """Hyperparameters by leave-one-source-out over ``records`` (and over ``records`` less
+    each source: the bagged ensemble), novelty by leaving each feature value out; the
+    table holds them all."""
     import numpy as np
     data = _Data(records)
     every = np.arange(len(records))
-    h, score = _fit(data, every)
-    prov = {**(provenance or {}), "loso_interval_score": round(score, 6)}
-    return ModelFormTable(tuple(records), h, prov, _novelty(data, every))
+    score = _fit(data, every)[1]
+    return _table(data, every, {**(provenance or {}), "loso_interval_score": round(score, 6)})
 
 
 def loso_evaluation(records: Sequence[ResidualRecord]) -> list[HeldOut]:
     """Every row's interval predicted with its whole source left out of the learning
-    (hyperparameters and novelty included), in input order, through the same
-    ``ModelFormTable.sigma_log`` that predictions use."""
+    (hyperparameters, their ensemble and novelty included), in input order, through the
+    same ``ModelFormTable.sigma_log`` that predictions use."""
     import numpy as np
     data = _Data(records)
     every = np.arange(len(records))
     sigma = [0.0] * len(records)
     for s in sorted(set(data.sources)):
-        train = every[data.sources != s]
-        h, _ = _fit(data, train)
-        table = ModelFormTable(tuple(data.records[int(i)] for i in train), h, {},
-                               _novelty(data, train))
+        table = _table(data, every[data.sources != s], {})
         for i in every[data.sources == s]:
             sigma[int(i)] = table.sigma_log(data.records[int(i)].regime)
     return [HeldOut(r, sigma[i]) for i, r in enumerate(records)]

@@ -11,6 +11,9 @@ similarity-weighted mean of the rows' excess squared residuals, shrunk towards a
     v(x)   = max(0, (sum_i w_i e_i + prior_rows * prior_var) / (sum_i w_i + prior_rows))
     prior_var = prior_scale^2 * (mean over sources of the source's mean e_i)
 
+averaged over an *ensemble* of ``Hyper`` sets (the fit to every source and to every source
+less one, ``learn.py``), which keeps the grid's discrete choices from flipping the interval.
+
 A regime far from every validated row (small ``sum w``) falls back on the prior, which
 ``prior_scale`` (learned by leaving whole sources out) makes as wide as the error on a
 source never seen.
@@ -115,6 +118,13 @@ class ModelFormTable:
     hyper: Hyper
     provenance: Mapping[str, Any] = field(default_factory=dict)
     novelty: Mapping[str, float | None] = field(default_factory=dict)
+    ensemble: tuple[Hyper, ...] = ()
+
+    @property
+    def hypers(self) -> tuple[Hyper, ...]:
+        """The hyperparameter sets the variance is averaged over (``hyper`` alone when the
+        table has no ensemble)."""
+        return self.ensemble or (self.hyper,)
 
     @property
     def prior_var(self) -> float:
@@ -139,15 +149,20 @@ class ModelFormTable:
                 out[f"{f}={x}"] = self.novelty_var(f)[0]
         return out
 
-    def sigma_log(self, regime: Regime) -> float:
-        """Model-form standard deviation of ln(step time) in ``regime``."""
-        k = self.hyper.prior_rows
-        num, den = k * self.prior_var, k
+    def _var(self, regime: Regime, h: Hyper) -> float:
+        pooled = pooled_excess_var(self.records)
+        k = h.prior_rows
+        num, den = k * h.prior_scale ** 2 * pooled, k
         for r in self.records:
-            w = similarity_weight(regime, r.regime, self.hyper.similarity)
+            w = similarity_weight(regime, r.regime, h.similarity)
             num += w * r.excess_var
             den += w
-        v = max(0.0, num / den) if den > 0 else 0.0
+        return max(0.0, num / den) if den > 0 else 0.0
+
+    def sigma_log(self, regime: Regime) -> float:
+        """Model-form standard deviation of ln(step time) in ``regime``: the variance
+        averaged over the ensemble, plus the novelty of values no record has."""
+        v = sum(self._var(regime, h) for h in self.hypers) / len(self.hypers)
         return math.sqrt(v + sum(self.unseen(regime).values()))
 
     # ---- JSON ----------------------------------------------------------------------------
@@ -157,6 +172,7 @@ class ModelFormTable:
                         "simulator.uncertainty (see simulator/uncertainty/table.py)",
                 "provenance": dict(self.provenance), "hyper": self.hyper.to_dict(),
                 "novelty": {f: self.novelty.get(f) for f in FEATURES},
+                "ensemble": [h.to_dict() for h in self.ensemble],
                 "records": [r.to_dict() for r in self.records]}
 
     def write_json(self, path: str | Path) -> Path:
@@ -171,15 +187,14 @@ class ModelFormTable:
             raise InvalidInputError("uncertainty_table.schema_version", d.get("schema_version"),
                                     f"schema version {SCHEMA_VERSION} (regenerate with "
                                     "`complexity report --ship-uncertainty`)")
-        h = d["hyper"]
-        hyper = Hyper({f: float(h["similarity"][f]) for f in FEATURES},
-                      float(h["prior_rows"]), float(h["prior_scale"]))
+        hyper = _hyper(d["hyper"])
+        ensemble = tuple(_hyper(h) for h in d["ensemble"])
         recs = tuple(ResidualRecord(r["id"], r["source"], Regime.from_dict(r["regime"]),
                                     float(r["log_residual"]), float(r["coef_sigma_log"]))
                      for r in d["records"])
         nov = d["novelty"]
         novelty = {f: (None if nov.get(f) is None else float(nov[f])) for f in FEATURES}
-        return cls(recs, hyper, dict(d.get("provenance", {})), novelty)
+        return cls(recs, hyper, dict(d.get("provenance", {})), novelty, ensemble)
 
     @classmethod
     def read_json(cls, path: str | Path) -> "ModelFormTable":
@@ -189,6 +204,11 @@ class ModelFormTable:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InvalidInputError("uncertainty_table", str(p),
                                     "a table written by `complexity report`", str(exc)) from None
+
+
+def _hyper(h: Mapping[str, Any]) -> Hyper:
+    return Hyper({f: float(h["similarity"][f]) for f in FEATURES},
+                 float(h["prior_rows"]), float(h["prior_scale"]))
 
 
 _CACHE: dict[str, ModelFormTable] = {}

@@ -51,7 +51,10 @@ def coverage_markdown(learned: Learned, plot_name: str | None) -> list[str]:
     lines += [f"Learned from all {len(learned.table.records)} rows (what ships in "
               "`simulator/uncertainty/data/model_form.json`): similarity per differing feature "
               f"{sims}; prior {hy.prior_rows:g} pseudo-rows at {hy.prior_scale:g} x the pooled "
-              "spread.", ""]
+              f"spread. The variance is averaged over {len(learned.table.hypers)} such sets "
+              "(this fit and one with each source left out: bagging, so a grid choice that "
+              "flips on a small residual change moves the interval by a fraction of the "
+              "flip; `benchmarks/interval_stability.py` measures it).", ""]
     lines += _novelty_lines(learned.table)
     return lines
 

@@ -139,6 +139,27 @@ def test_a_noisier_regime_gets_wider_intervals():
     assert t.sigma_log(regime(gpu="h100")) > 2 * t.sigma_log(regime(gpu="a100"))
 
 
+def test_the_ensemble_averages_the_variance_over_its_hyperparameters():
+    recs = (ResidualRecord("a", "s1", regime(), 0.10, 0.02),
+            ResidualRecord("b", "s2", regime(gpu="h100"), -0.30, 0.0),
+            ResidualRecord("c", "s3", regime(context="4k"), 0.05, 0.0))
+    h1 = Hyper({f: 1.0 for f in FEATURES} | {"gpu": 0.05}, 1.0, 1.0)
+    h2 = Hyper({f: 0.5 for f in FEATURES}, 3.0, 2.0)
+    bag = ModelFormTable(recs, h1, {}, {}, (h1, h2))
+    for rg in (regime(), regime(gpu="h100"), regime(context="8k"), regime(scale=UNKNOWN)):
+        want = (ModelFormTable(recs, h1).sigma_log(rg) ** 2
+                + ModelFormTable(recs, h2).sigma_log(rg) ** 2) / 2
+        assert bag.sigma_log(rg) ** 2 == pytest.approx(want, rel=1e-12)
+
+
+def test_learned_ensemble_is_the_full_fit_plus_one_fit_per_left_out_source():
+    recs = synthetic(lambda r: 0.1, n_sources=4)
+    t = learn_table(recs)
+    assert len(t.ensemble) == 1 + 4 and t.ensemble[0] == t.hyper
+    back = ModelFormTable.from_dict(json.loads(json.dumps(t.to_dict())))
+    assert back.ensemble == t.ensemble
+
+
 # ---- novelty: a value no validation row has ---------------------------------------------
 def _small_table(novelty) -> ModelFormTable:
     recs = (ResidualRecord("a", "s1", regime(), 0.10, 0.0),
