@@ -2,7 +2,7 @@
 
 Rank order follows Megatron's default (tp fastest, then cp, dp, pp):
 ``rank = tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r))``; EP groups are consecutive
-data-parallel ranks. A group is ``size`` ranks ``stride`` apart; its ``GroupShape`` (members
+TP blocks of the expert grid, which folds CP into expert data parallelism. A group is ``size`` ranks ``stride`` apart; its ``GroupShape`` (members
 per scale-up domain, domains, leaf groups and core blocks spanned) on the cluster's
 symbolic ``Fabric`` is what ``simulator.network.price`` routes its collectives over, with
 every group of the same kind running at once (they share NICs and leaf uplinks). No graph
@@ -46,7 +46,10 @@ def group_strides(plan: Plan) -> dict[str, tuple[int, int]]:
         # gradients are reduced over data- and context-parallel ranks together (contiguous
         # after TP in Megatron's tp-cp-dp order)
         "dp": (plan.dp * plan.cp, plan.tp),
-        "ep": (plan.ep, plan.tp * plan.cp),
+        # Megatron-Core builds the expert grid with cp=1 (RankGenerator(tp=etp, ep, dp=edp,
+        # pp, cp=1), megatron/core/parallel_state.py @ d98e8a64 l.887-895): an EP group is ep
+        # ranks one expert-TP block apart (expert TP = TP here), CP folded into expert DP
+        "ep": (plan.ep, plan.tp),
         # ranks holding the same experts: the DP x CP block thinned by EP
         "edp": (max(1, plan.dp * plan.cp // plan.ep), plan.tp * plan.ep),
         "pp": (plan.pp, plan.tp * plan.cp * plan.dp),
