@@ -144,8 +144,14 @@ def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
         chosen = [op for op in fwd if op.recomputed]
     else:
         chosen = []
+    names = {op.name for op in chosen}
+    # a re-run communication hides behind the re-run kernel it overlapped in the forward
+    # (TE's CP ring re-posts each KV block before the recomputed attention step)
     return [replace(op, name=op.name + "_recompute", model_flops=0.0,
-                    recompute_flops=op.model_flops) for op in chosen]
+                    recompute_flops=op.model_flops,
+                    overlaps_with=(op.overlaps_with + "_recompute"
+                                   if op.overlaps_with in names else op.overlaps_with))
+            for op in chosen]
 
 
 class _LayerCache:

@@ -355,9 +355,14 @@ def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes
                                      call.name), bwd_bytes=2 * kv_block, recomputed=True))
         ops.append(call)
         if i > 0:
-            # read the step's 16-bit output, read + write the fp32 accumulator
-            ops.append(_mem(f"core_attn_cp{i}_correction", b * s_loc * heads * d_v * (2 + 4),
-                            b * s_loc * heads * d_v * 4, sh, recomputed=True, elem_bytes=1))
+            # read the step's 16-bit output, read + write the fp32 accumulator; backward adds
+            # the step's dQ and dKV into the running ones (TE dq.add_, dkv.add_: read both,
+            # write one, in the activation dtype)
+            q_kv = b * s_loc * (heads * d_qk + kv_w)
+            ops.append(replace(_mem(f"core_attn_cp{i}_correction",
+                                    b * s_loc * heads * d_v * (2 + 4), b * s_loc * heads * d_v * 4,
+                                    sh, recomputed=True, elem_bytes=1),
+                               bwd_bytes=3.0 * ab * q_kv))
     return ops
 
 
@@ -444,6 +449,13 @@ def moe_load_factor(m: TransformerSpec, sh: LayerShape, routed: float) -> float:
                                    ROUTING.expert_load_cv)
 
 
+def _copy_both_ways(name: str, elems: float, sh: LayerShape) -> Op:
+    """A chunk reorder (``torch.split`` + ``torch.cat``): one copy forward, and its backward
+    (split's gradient is a cat) is one copy of the same bytes, not twice."""
+    op = _mem(name, elems, elems, sh, kind="copy")
+    return replace(op, bwd_bytes=op.bytes_moved)
+
+
 def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     """Router, token dispatch, local experts, combine, as Megatron-Core's all-to-all token
     dispatcher runs them (``MoEAlltoAllTokenDispatcher``, dropless unless the spec gives a
@@ -455,8 +467,9 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     all-to-all sends them over the EP group; the receiving rank sorts the chunks by local
     expert when it holds more than one (``sort_chunks_by_idxs``), all-gathers them over TP
     (expert weights are TP-sharded), runs the experts as one grouped GEMM (``batch`` =
-    local experts, ``grouped``), then undoes each step; the unpermute scales by the router
-    probabilities and sums the top-k copies. The busiest rank sets every step after the
+    local experts, ``grouped``), then undoes each step; the router probabilities travel in
+    a second (fp32) all-to-all and scale the experts' activation (weighted SwiGLU), and the
+    unpermute sums the top-k copies. The busiest rank sets every step after the
     router (``moe_load_factor``). The all-to-all is exposed: Megatron overlaps it with
     compute only with its opt-in EP-overlap schedule. Shared experts run on every token
     (TP-sharded, with their own TP gather/reduce).
@@ -476,8 +489,11 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
            _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
     if sh.ep > 1:
         ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab))
+        # the router probabilities travel with the tokens (fp32, a second all-to-all: they
+        # are applied inside the experts' activation, token_dispatcher.py @ d98e8a64 l.718)
+        ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * 4.0))
         if local > 1:
-            ops.append(_mem("moe_sort_chunks", recv * h, recv * h, sh, kind="copy"))
+            ops.append(_copy_both_ways("moe_sort_chunks", recv * h, sh))
     group_rows = recv * sh.tp                    # gathered over TP
     if sh.tp > 1:
         ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
@@ -489,12 +505,14 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
                          group_rows * h * ab, "experts_fc2"))
     if sh.ep > 1:
         if local > 1:
-            ops.append(_mem("moe_unsort_chunks", recv * h, recv * h, sh, kind="copy"))
+            ops.append(_copy_both_ways("moe_unsort_chunks", recv * h, sh))
         ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
-    # the combine weights each expert output by its routing probability, so it keeps the
-    # expert outputs (and the probabilities) for the gradient of the probabilities
-    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh,
-                    saved=routed * h * ab + routed * 4))
+    # the combine scatter-adds the top-k expert outputs of each token without the
+    # probabilities (unpermute(..., probs=None), token_dispatcher.py @ d98e8a64 l.891): its
+    # backward is the matching gather, the same bytes; the probabilities (fp32) are kept by
+    # the weighted activation, whose input is already saved (experts.py l.943-977)
+    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=routed * 4)
+    ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
     if moe.shared_experts:
         ops += _enter_tp("shared_allgather", m, sh, "shared_fc1")
         ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",

@@ -16,7 +16,13 @@ from simulator.memory.chunk import chunk_memory
 from simulator.parallel.conventions import BucketKind, MemoryConventions
 from simulator.parallel.plan import Plan, Recompute
 from simulator.workload import MoESpec, TransformerSpec
-from simulator.workload.ops import LayerShape, head_ops, layer_ops, loss_transient_bytes
+from simulator.workload.ops import (
+    LayerShape,
+    backward_ops,
+    head_ops,
+    layer_ops,
+    loss_transient_bytes,
+)
 
 GPT = TransformerSpec("gpt175", 96, 12288, 49152, 96, 96, 51200, 2048)
 S, B, H, A = 2048, 1, 12288, 96
@@ -103,14 +109,22 @@ def test_fused_swiglu_saves_its_input_only():
     assert act(False) == 3 * S * 32768 * 2
 
 
-def test_moe_combine_keeps_the_expert_outputs():
-    """The combine weights each expert output by its routing probability, so backward
-    needs the outputs (routed tokens x h, 16-bit) and the probabilities (fp32)."""
+def test_moe_combine_keeps_only_the_probabilities():
+    """Megatron-Core @ d98e8a64 applies the routing probabilities inside the experts'
+    weighted SwiGLU (experts.py l.943-977, whose input is saved anyway) and unpermutes
+    without them (token_dispatcher.py l.891, probs=None): the scatter-add needs no saved
+    outputs; only the fp32 probabilities (routed pairs x 4 B) are kept for backward.
+    Its backward (a gather) moves the forward's bytes, not twice them."""
     m = TransformerSpec("moe", 2, 1024, 4096, 16, 16, 32000, 2048, mlp="swiglu",
                         moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=1408))
-    combine = next(o for o in layer_ops(m, LayerShape(1, 2048)) if o.name == "moe_combine")
+    fwd = layer_ops(m, LayerShape(1, 2048, ep=2))
+    combine = next(o for o in fwd if o.name == "moe_combine")
     routed = 2048 * 2
-    assert combine.saved_bytes == routed * 1024 * 2 + routed * 4
+    assert combine.saved_bytes == routed * 4
+    bwd = {o.name: o for o in backward_ops(fwd)}
+    for name in ("moe_combine", "moe_sort_chunks", "moe_unsort_chunks"):
+        f = next(o for o in fwd if o.name == name)
+        assert bwd[name + "_bwd"].bytes_moved == f.bytes_moved
 
 
 def test_megatron_buckets_are_views_ddp_buckets_are_copies():

@@ -82,6 +82,38 @@ def test_ring_step_costs_the_slower_of_kernel_and_transfer():
     assert pc.comm_s.get("cp", 0.0) == pytest.approx(want)
 
 
+def test_ring_backward_correction_adds_dq_and_dkv_once():
+    """Backward of each ring step's correction: TE adds the step's dQ and dKV into the
+    running ones (read both, write one, 16-bit): 3 x 2 B per Q and KV element, not twice
+    the forward's fp32 output-correction bytes."""
+    cp, b, s = 8, 1, L7B.seq_len
+    fwd = layer_ops(L7B, LayerShape(b, s, cp=cp, flash=True))
+    s_loc = s // cp
+    q_kv = b * s_loc * (L7B.q_dim + 2 * L7B.kv_dim)          # dQ; dK and dV
+    bwd = {o.name: o for o in backward_ops(fwd)}
+    corr = [o for o in fwd if o.name.endswith("_correction")]
+    assert len(corr) == cp - 1
+    for o in corr:
+        assert bwd[o.name + "_bwd"].bytes_moved == pytest.approx(6.0 * q_kv)
+
+
+def test_recomputed_ring_transfer_hides_behind_the_recomputed_step():
+    """Full recompute re-runs the forward ring in backward: each re-posted KV block hides
+    behind its re-run attention step, exactly as in the forward (not behind the ~3x longer
+    backward kernel of that step)."""
+    from simulator.engine.stage_work import _recompute_ops
+    cl, groups = _cluster_groups(32, cp=32, global_batch=1, recompute="full")
+    prof = hardware_db.load_profile("h100-sxm")
+    fwd = layer_ops(L7B, LayerShape(1, L7B.seq_len, cp=32, flash=True,
+                                    attention_kernel="flash3"))
+    re = _recompute_ops(fwd, Plan(cp=32, global_batch=1, recompute="full"))
+    assert all(o.overlaps_with.endswith("_recompute") for o in re if o.group == "cp")
+    pf = pass_cost(fwd, cl.gpu, prof, groups, tp_overlap=False)
+    pr = pass_cost(re, cl.gpu, prof, groups, tp_overlap=False)
+    assert pf.comm_s["cp"] > 0                      # the transfers outlast their steps here
+    assert pr.comm_s["cp"] == pytest.approx(pf.comm_s["cp"])
+
+
 def test_allgather_cp_conserves_causal_flops_and_exposes_the_gather():
     cp, b, s = 4, 1, L7B.seq_len
     ops = layer_ops(L7B, LayerShape(b, s, cp=cp, flash=True, cp_comm="all_gather"))
@@ -141,6 +173,9 @@ def test_moe_layer_ops_as_the_alltoall_dispatcher_runs_them():
     assert ops["router"].dtype == "bf16" and (ops["router"].m, ops["router"].n) == (t_loc, 128)
     assert ops["ep_dispatch"].comm_bytes == pytest.approx(routed * ratio * 2048 * 2)
     assert ops["ep_combine"].comm_bytes == ops["ep_dispatch"].comm_bytes
+    # the fp32 routing probabilities travel in their own all-to-all (token_dispatcher.py
+    # @ d98e8a64 l.718), one per received token-expert pair
+    assert ops["ep_dispatch_probs"].comm_bytes == pytest.approx(routed * ratio * 4)
     assert "moe_sort_chunks" in ops and "moe_unsort_chunks" in ops   # 16 local experts
     fc1 = ops["experts_fc1"]
     assert fc1.grouped and fc1.batch == 16 and fc1.n == 2 * 768 // tp
