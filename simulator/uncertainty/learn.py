@@ -25,11 +25,11 @@ rows, left out, are more accurate than the H100 rows predict) does not earn narr
 intervals for a value nobody has measured. Each gap is thus a lower bound for a new value's,
 and the clip makes the average lean wide (on noise alone it is a small positive bias).
 
-``loso_evaluation`` is the honest check of the whole procedure (nested): for each source
-it learns the hyperparameters, the novelty *and* the table from the other sources only,
-then predicts the left-out source's intervals (a source's framework is then often a value
-the table has not seen, so the check exercises the novelty term too). The coverage and widths it returns are what a new,
-unseen source should expect.
+``loso_evaluation`` is the honest check of the whole procedure (nested): for each source it
+learns the hyperparameters, the novelty *and* the table from the other sources only, then
+predicts the left-out source's intervals (a source's framework is then often a value the
+table has not seen, so the check exercises the novelty term too). The coverage and widths it
+returns are what a new, unseen source should expect.
 
 numpy is imported inside the functions (the learning runs in ``complexity report``;
 predictions only read the learned table).
@@ -42,12 +42,14 @@ from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 from .regime import FEATURES, UNKNOWN
-from .table import Hyper, ModelFormTable, ResidualRecord
+from .table import Hyper, ModelFormTable, ResidualRecord, novelty_var
+
+Novelty = Mapping[str, "float | None"]
 
 LEVEL = 0.8
 SIMILARITY_GRID = (0.05, 0.2, 0.5, 1.0)
 PRIOR_ROWS_GRID = (1.0, 3.0, 10.0)
-PRIOR_SCALE_GRID = (1.0, 1.5, 2.0, 3.0)
+PRIOR_SCALE_GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)   # below 1: novelty can take the prior's place
 START = Hyper({f: 1.0 for f in FEATURES}, 3.0, 1.5)
 MAX_PASSES = 4
 
@@ -63,6 +65,7 @@ class HeldOut:
 
     record: ResidualRecord
     model_form_sigma_log: float
+    unvalidated: tuple[tuple[str, float], ...] = ()   # its values the other sources lack
 
     @property
     def sigma_log(self) -> float:
@@ -91,8 +94,9 @@ class _Data:
         names = sorted(set(self.sources.tolist()))
         self.source_code = np.array([names.index(x) for x in self.sources.tolist()], dtype=int)
         mismatch = []
+        self.values = {f: [getattr(x.regime, f) for x in records] for f in FEATURES}
         for f in FEATURES:
-            vals = [getattr(x.regime, f) for x in records]
+            vals = self.values[f]
             known = np.array([v != UNKNOWN for v in vals])
             index = {v: n for n, v in enumerate(sorted(set(vals)))}
             codes = np.array([index[v] for v in vals])
@@ -128,15 +132,30 @@ class _Data:
         v = (w @ self.e[train] + h.prior_rows * prior) / (w.sum(axis=1) + h.prior_rows)
         return np.maximum(v, 0.0)
 
-    def loso_score(self, idx, h: Hyper) -> float:
-        """Mean over left-out sources of the mean interval score of their rows."""
+    def unseen_var(self, train, test, novelty: Novelty):
+        """Per ``test`` row, the novelty variance of its values no ``train`` row has (as
+        ``ModelFormTable.unseen`` adds it)."""
+        import numpy as np
+        add = np.zeros(len(test))
+        for f in FEATURES:
+            v = novelty_var(novelty, f)[0]
+            if v > 0:
+                seen = {self.values[f][int(i)] for i in train}
+                add += v * np.array([x not in seen and x != UNKNOWN
+                                     for x in (self.values[f][int(i)] for i in test)])
+        return add
+
+    def loso_score(self, idx, h: Hyper, novelty: Novelty) -> float:
+        """Mean over left-out sources of the mean interval score of their rows, the novelty
+        of their unseen values included (the intervals the table would give them)."""
         import numpy as np
         z, alpha = z_of(LEVEL), 1.0 - LEVEL
         scores = []
         src = self.sources[idx]
         for s in sorted(set(src.tolist())):
             test, train = idx[src == s], idx[src != s]
-            sig = np.sqrt(self.model_var(train, test, h) + self.c2[test])
+            sig = np.sqrt(self.model_var(train, test, h) + self.c2[test]
+                          + self.unseen_var(train, test, novelty))
             miss = np.maximum(0.0, np.abs(self.r[test]) - z * sig)
             scores.append(float(np.mean(2 * z * sig + (2.0 / alpha) * miss)))
         return sum(scores) / len(scores)
@@ -156,23 +175,23 @@ def _moves(h: Hyper):
             yield replace(h, prior_scale=v)
 
 
-def _fit(data: _Data, idx) -> tuple[Hyper, float]:
-    key = tuple(int(i) for i in idx)
+def _fit(data: _Data, idx, novelty: Novelty) -> tuple[Hyper, float]:
+    key = (tuple(int(i) for i in idx), tuple(sorted(novelty.items(), key=str)))
     if key not in data.fits:
-        data.fits[key] = _descend(data, idx)
+        data.fits[key] = _descend(data, idx, novelty)
     return data.fits[key]
 
 
-def _descend(data: _Data, idx) -> tuple[Hyper, float]:
+def _descend(data: _Data, idx, novelty: Novelty) -> tuple[Hyper, float]:
     """Coordinate descent over the grids from ``START`` (deterministic)."""
     h = START
     if len(set(data.sources[idx])) < 2:
         return h, float("nan")
-    best = data.loso_score(idx, h)
+    best = data.loso_score(idx, h, novelty)
     for _ in range(MAX_PASSES):
         improved = False
         for cand in _moves(h):
-            s = data.loso_score(idx, cand)
+            s = data.loso_score(idx, cand, novelty)
             if s < best - 1e-12:
                 h, best, improved = cand, s, True
         if not improved:
@@ -180,39 +199,36 @@ def _descend(data: _Data, idx) -> tuple[Hyper, float]:
     return h, best
 
 
-def _ensemble(data: _Data, idx) -> tuple[Hyper, ...]:
+def _ensemble(data: _Data, idx, novelty: Novelty) -> tuple[Hyper, ...]:
     """The hyperparameters fitted to the rows ``idx`` and to ``idx`` less each source in
     turn (bagging over the leave-one-source-out folds): the table averages the variance
     over them, so a small change of the residuals that flips one grid choice moves the
     interval by a fraction of the flip."""
-    import numpy as np
-    out = [_fit(data, idx)[0]]
+    out = [_fit(data, idx, novelty)[0]]
     for s in sorted(set(data.sources[idx])):
         rest = idx[data.sources[idx] != s]
         if len(set(data.sources[rest])) >= 2:
-            out.append(_fit(data, rest)[0])
+            out.append(_fit(data, rest, novelty)[0])
     return tuple(out)
 
 
-def _bag_var(data: _Data, train, test, hypers: Sequence[Hyper]):
-    """``_Data.model_var`` averaged over ``hypers`` (as ``ModelFormTable`` does)."""
-    return sum(data.model_var(train, test, h) for h in hypers) / len(hypers)
-
-
 def _novelty(data: _Data, idx) -> dict[str, float | None]:
-    """Per feature, the novelty variance learned from the rows ``idx`` (``None`` where
-    no value can be left out with two sources left to learn from)."""
+    """Per feature, the novelty variance learned from the rows ``idx`` (``None`` where no
+    value can be left out with two sources left to learn from). Each gap is measured
+    against the table at the fixed starting hyperparameters (``START``); the
+    hyperparameters are then fitted with the novelty inside their objective, so the
+    prior and the novelty do not both cover the same gap."""
     import numpy as np
     out: dict[str, float | None] = {}
     for f in FEATURES:
-        vals = [getattr(data.records[int(i)].regime, f) for i in idx]
+        vals = [data.values[f][int(i)] for i in idx]
         gaps = []
         for a in sorted(set(vals) - {UNKNOWN}):
             held = np.array([v == a for v in vals])
             test, train = idx[held], idx[~held]
             if len(set(data.sources[train])) < 2:
                 continue
-            v = _bag_var(data, train, test, _ensemble(data, train))
+            v = data.model_var(train, test, START)
             gaps.append(max(0.0, float(np.mean(data.e[test]) - np.mean(v))))
         out[f] = round(sum(gaps) / len(gaps), 8) if gaps else None
     return out
@@ -224,22 +240,26 @@ def learn_novelty(records: Sequence[ResidualRecord]) -> dict[str, float | None]:
     return _novelty(_Data(records), np.arange(len(records)))
 
 
-def _table(data: _Data, idx, provenance: Mapping[str, Any]) -> ModelFormTable:
-    hypers = _ensemble(data, idx)
+def _table(data: _Data, idx, provenance: Mapping[str, Any]) -> tuple[ModelFormTable, float]:
+    """The table learned from the rows ``idx``: novelty first, then the hyperparameter
+    ensemble with the novelty in its objective; and the full fit's interval score."""
+    novelty = _novelty(data, idx)
+    hypers = _ensemble(data, idx, novelty)
+    score = _fit(data, idx, novelty)[1]
     return ModelFormTable(tuple(data.records[int(i)] for i in idx), hypers[0],
-                          provenance, _novelty(data, idx), hypers)
+                          provenance, novelty, hypers), score
 
 
 def learn_table(records: Sequence[ResidualRecord],
                 provenance: Mapping[str, Any] | None = None) -> ModelFormTable:
-    """Hyperparameters by leave-one-source-out over ``records`` (and over ``records`` less
-    each source: the bagged ensemble), novelty by leaving each feature value out; the
+    """Novelty by leaving each feature value out, then hyperparameters by leave-one-source-
+    out over ``records`` (and over ``records`` less each source: the bagged ensemble); the
     table holds them all."""
     import numpy as np
     data = _Data(records)
-    every = np.arange(len(records))
-    score = _fit(data, every)[1]
-    return _table(data, every, {**(provenance or {}), "loso_interval_score": round(score, 6)})
+    table, score = _table(data, np.arange(len(records)), provenance or {})
+    return replace(table, provenance={**table.provenance,
+                                      "loso_interval_score": round(score, 6)})
 
 
 def loso_evaluation(records: Sequence[ResidualRecord]) -> list[HeldOut]:
@@ -249,9 +269,11 @@ def loso_evaluation(records: Sequence[ResidualRecord]) -> list[HeldOut]:
     import numpy as np
     data = _Data(records)
     every = np.arange(len(records))
-    sigma = [0.0] * len(records)
+    out: list[HeldOut | None] = [None] * len(records)
     for s in sorted(set(data.sources)):
-        table = _table(data, every[data.sources != s], {})
+        table, _ = _table(data, every[data.sources != s], {})
         for i in every[data.sources == s]:
-            sigma[int(i)] = table.sigma_log(data.records[int(i)].regime)
-    return [HeldOut(r, sigma[i]) for i, r in enumerate(records)]
+            r = data.records[int(i)]
+            out[int(i)] = HeldOut(r, table.sigma_log(r.regime),
+                                  tuple(table.unseen(r.regime).items()))
+    return [h for h in out if h is not None]

@@ -13,152 +13,25 @@ as ``model_flops``, which hardware FLOPs (HFU) add to the model FLOPs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 
 from ..frameworks import CONVENTIONS, LOSS_BYTES
-from ..frameworks.moe import ROUTING
 from ..network.collectives import Collective
-from .moe_load import expected_max_load_ratio
-from .spec import MLP, TransformerSpec
-
-
-class OpKind(str, Enum):
-    GEMM = "gemm"
-    ATTENTION = "attention"       # fused (flash) attention core
-    MEMORY = "memory"             # bandwidth-bound elementwise / norm / softmax
-    COMM = "comm"                 # collective inside the layer (TP / CP / EP)
-
-
-@dataclass(frozen=True)
-class Op:
-    """One kernel (or collective) on one rank. Sizes are per rank, bytes are SI bytes.
-
-    For GEMMs ``m, n, k`` is the shape and ``batch`` the number of groups; for fused
-    attention ``m, n, k`` are the query length, key length and head dimension of one call
-    and ``batch`` is micro-batch x heads. ``bwd_bytes`` (memory ops and collectives) is the
-    backward size where it is not the default.
-    """
-
-    name: str
-    kind: OpKind
-    flops: float = 0.0
-    model_flops: float = 0.0
-    recompute_flops: float = 0.0             # model-convention FLOPs of a recomputed forward op
-    bytes_moved: float = 0.0
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    batch: int = 1
-    dtype: str = "bf16"
-    saved_bytes: float = 0.0                 # activations kept for backward
-    recomputed: bool = False                 # part of selective recompute
-    collective: Collective | None = None
-    group: str = ""                          # "tp", "cp", "ep"
-    comm_bytes: float = 0.0                  # full collective buffer size
-    overlaps_with: str = ""                  # name of a GEMM this comm can hide behind
-    kernels: int = 1
-    bwd_bytes: float = -1.0                  # backward bytes if not the default 2x forward
-    kernel: str = ""                         # attention kernel family ("flash", "flash1", "flash3")
-    mem_kind: str = ""                       # bandwidth-bound family: norm, softmax, elementwise, copy
-    causal: bool = False                     # attention: causal mask (m, n, k = s_q, s_k, head_dim)
-    grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
-    has_weights: bool = True                 # GEMM: one operand is a weight (False: attention's QK, AV)
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """Everything about the execution context that changes a layer's ops."""
-
-    micro_batch: int
-    seq_len: int
-    tp: int = 1
-    cp: int = 1
-    ep: int = 1
-    sequence_parallel: bool = False
-    dtype: str = "bf16"                      # GEMM dtype
-    flash: bool = True
-    attention_kernel: str = "flash"          # "flash" (FA2), "flash1" (FA1), "flash3" (FA3 / cuDNN)
-    causal: bool = True
-    dropout: bool = True
-    cp_comm: str = "p2p"                     # context parallelism: "p2p" ring or "all_gather"
-    # memory accounting only (no effect on time): the cross-entropy implementation
-    # (``frameworks.LOSS_BYTES``) and whether SwiGLU is one function saving its input
-    loss: str = "megatron"
-    fused_swiglu: bool = True
-
-    @property
-    def act_bytes(self) -> int:
-        return 4 if self.dtype == "fp32" else 2   # activations stay 16-bit under fp8
-
-
-def _gemm(name: str, m: int, n: int, k: int, sh: LayerShape, saved: float = 0.0,
-          batch: int = 1, recomputed: bool = False, saved_out: float = 0.0) -> Op:
-    """``saved``: the input kept for backward (16-bit bytes); ``saved_out``: output bytes
-    kept for a later op (stays 16-bit)."""
-    f = 2.0 * batch * m * n * k
-    el = 1 if sh.dtype == "fp8" else sh.act_bytes
-    moved = batch * el * (m * k + k * n + m * n)
-    if sh.dtype == "fp8":
-        saved *= 0.5          # Transformer Engine keeps the FP8 copy of a GEMM input for backward
-    return Op(name, OpKind.GEMM, flops=f, model_flops=f, bytes_moved=moved, m=m, n=n, k=k,
-              batch=batch, dtype=sh.dtype, saved_bytes=saved + saved_out, recomputed=recomputed)
-
-
-def with_fp8_casts(ops: list[Op]) -> list[Op]:
-    """Insert the FP8 quantisation passes an FP8 GEMM needs (Transformer Engine style).
-
-    Forward: the 16-bit input is read once and written as FP8 plus an FP8 transpose (kept
-    for the weight-gradient GEMM): ``m*k*(2 + 1 + 1)`` bytes. Backward: the output gradient
-    gets the same cast-transpose, ``m*n*4`` bytes. Weights are cast once per step
-    (negligible) and are not charged.
-    """
-    out: list[Op] = []
-    for op in ops:
-        if op.kind == OpKind.GEMM and op.dtype == "fp8":
-            rows = op.batch * op.m
-            out.append(Op(op.name + "_fp8cast", OpKind.MEMORY, bytes_moved=4.0 * rows * op.k,
-                          dtype="bf16", bwd_bytes=4.0 * rows * op.n, recomputed=op.recomputed,
-                          mem_kind="elementwise"))
-        out.append(op)
-    return out
-
-
-def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
-         saved: float = 0.0, recomputed: bool = False, kernels: int = 1,
-         elem_bytes: float | None = None, kind: str = "elementwise") -> Op:
-    eb = sh.act_bytes if elem_bytes is None else elem_bytes
-    return Op(name, OpKind.MEMORY, bytes_moved=(elems_read + elems_written) * eb,
-              dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed, kernels=kernels,
-              mem_kind=kind)
-
-
-def _comm(name: str, coll: Collective, group: str, size: float, overlaps: str = "") -> Op:
-    return Op(name, OpKind.COMM, collective=coll, group=group, comm_bytes=size,
-              overlaps_with=overlaps)
-
-
-def _tokens(m: TransformerSpec, sh: LayerShape) -> tuple[int, int]:
-    """(tokens this rank computes on, tokens per rank in SP-sharded regions)."""
-    t = sh.micro_batch * m.seq_len // sh.cp
-    return t, (t // sh.tp if sh.sequence_parallel else t)
-
-
-def _enter_tp(name: str, m: TransformerSpec, sh: LayerShape, next_gemm: str) -> list[Op]:
-    """Comm entering a column-parallel region (forward): SP all-gather, else nothing."""
-    if sh.tp == 1 or not sh.sequence_parallel:
-        return []
-    tokens, _ = _tokens(m, sh)
-    return [_comm(name, Collective.ALL_GATHER, "tp", tokens * m.hidden * sh.act_bytes, next_gemm)]
-
-
-def _leave_tp(name: str, m: TransformerSpec, sh: LayerShape, prev_gemm: str) -> list[Op]:
-    """Comm leaving a row-parallel region: all-reduce, or reduce-scatter with SP."""
-    if sh.tp == 1:
-        return []
-    tokens, _ = _tokens(m, sh)
-    coll = Collective.REDUCE_SCATTER if sh.sequence_parallel else Collective.ALL_REDUCE
-    return [_comm(name, coll, "tp", tokens * m.hidden * sh.act_bytes, prev_gemm)]
+from .moe_ops import moe_ops
+from .op_types import (  # noqa: F401  (Op, OpKind, LayerShape, ... are this module's API)
+    LayerShape,
+    Op,
+    OpKind,
+    _comm,
+    _enter_tp,
+    _gemm,
+    _leave_tp,
+    _mem,
+    _tokens,
+    mlp_ops,
+    with_fp8_casts,
+)
+from .spec import TransformerSpec
 
 
 def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
@@ -394,33 +267,6 @@ def allgather_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_
     return ops
 
 
-def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
-            name: str = "mlp", tokens: int | None = None, groups: int = 1) -> list[Op]:
-    """Dense FFN (GELU / SwiGLU / ReLU^2), column- then row-parallel over TP.
-
-    ``groups`` > 1 runs it as a grouped GEMM (MoE experts): ``tokens`` split evenly over
-    ``groups`` independent weight matrices.
-    """
-    T, Ts = _tokens(m, sh)
-    saved_in = Ts if tokens is None else tokens          # SP: input saved sharded
-    T = T if tokens is None else tokens
-    h, ab = m.hidden, sh.act_bytes
-    f = (ffn or m.ffn_hidden) // sh.tp
-    up_n = 2 * f if m.mlp == MLP.SWIGLU else f
-    rows = -(-T // groups)
-    ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
-    act_in, act_out = T * up_n, T * f
-    # a fused SwiGLU (Megatron's SwiGLUFunction, TE) saves its input only; eager
-    # silu(a) * b also keeps silu(a) for the product's backward
-    eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
-    ops.append(_mem(f"{name}_act", act_in, act_out, sh,
-                    saved=(act_in + (act_out if eager_glu else 0)) * ab))
-    ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
-    if groups > 1:
-        ops = [replace(o, grouped=True) if o.kind == OpKind.GEMM else o for o in ops]
-    return ops
-
-
 def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     """All forward ops of decoder layer ``layer`` for one micro-batch on one rank."""
     T, Ts = _tokens(m, sh)
@@ -436,89 +282,6 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("mlp_residual", 2 * Ts * h, Ts * h, sh, saved=mask))
     return with_fp8_casts(ops) if sh.dtype == "fp8" else ops
-
-
-def moe_load_factor(m: TransformerSpec, sh: LayerShape, routed: float) -> float:
-    """Rows the busiest EP rank processes, over the balanced mean: the capacity factor when
-    experts are padded to capacity, else the expected dropless imbalance
-    (``workload.moe_load``; ``frameworks/moe.json``)."""
-    moe = m.moe
-    if moe.capacity_factor > 0:
-        return moe.capacity_factor
-    return expected_max_load_ratio(sh.ep, moe.experts // sh.ep, moe.experts, routed,
-                                   ROUTING.expert_load_cv)
-
-
-def _copy_both_ways(name: str, elems: float, sh: LayerShape) -> Op:
-    """A chunk reorder (``torch.split`` + ``torch.cat``): one copy forward, and its backward
-    (split's gradient is a cat) is one copy of the same bytes, not twice."""
-    op = _mem(name, elems, elems, sh, kind="copy")
-    return replace(op, bwd_bytes=op.bytes_moved)
-
-
-def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """Router, token dispatch, local experts, combine, as Megatron-Core's all-to-all token
-    dispatcher runs them (``MoEAlltoAllTokenDispatcher``, dropless unless the spec gives a
-    capacity factor).
-
-    Each rank routes its own tokens (the SP shard, 1/tp of them, when TP > 1): router GEMM
-    (16-bit even in FP8 runs: a plain linear outside Transformer Engine), fp32 softmax and
-    top-k, then a permutation copy grouping its token-expert pairs by destination. The
-    all-to-all sends them over the EP group; the receiving rank sorts the chunks by local
-    expert when it holds more than one (``sort_chunks_by_idxs``), all-gathers them over TP
-    (expert weights are TP-sharded), runs the experts as one grouped GEMM (``batch`` =
-    local experts, ``grouped``), then undoes each step; the router probabilities travel in
-    a second (fp32) all-to-all and scale the experts' activation (weighted SwiGLU), and the
-    unpermute sums the top-k copies. The busiest rank sets every step after the
-    router (``moe_load_factor``). The all-to-all is exposed: Megatron overlaps it with
-    compute only with its opt-in EP-overlap schedule. Shared experts run on every token
-    (TP-sharded, with their own TP gather/reduce).
-    """
-    moe = m.moe
-    assert moe is not None
-    T, _ = _tokens(m, sh)
-    h, ab = m.hidden, sh.act_bytes
-    t_loc = T // sh.tp if sh.tp > 1 else T       # tokens this rank routes
-    routed = t_loc * moe.top_k                   # token-expert pairs this rank sends
-    local = moe.experts // sh.ep
-    recv = routed * moe_load_factor(m, sh, routed)   # pairs the busiest rank receives
-    sh16 = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
-    ops = [_gemm("router", t_loc, moe.experts, h, sh16, saved=t_loc * h * ab),
-           _mem("moe_router_topk", t_loc * moe.experts, t_loc * moe.experts, sh,
-                elem_bytes=4, kind="softmax"),    # fp32 softmax + top-k over router logits
-           _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
-    if sh.ep > 1:
-        ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab))
-        # the router probabilities travel with the tokens (fp32, a second all-to-all: they
-        # are applied inside the experts' activation, token_dispatcher.py @ d98e8a64 l.718)
-        ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * 4.0))
-        if local > 1:
-            ops.append(_copy_both_ways("moe_sort_chunks", recv * h, sh))
-    group_rows = recv * sh.tp                    # gathered over TP
-    if sh.tp > 1:
-        ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
-                         "experts_fc1"))
-    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=int(group_rows),
-                   groups=local)
-    if sh.tp > 1:
-        ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
-                         group_rows * h * ab, "experts_fc2"))
-    if sh.ep > 1:
-        if local > 1:
-            ops.append(_copy_both_ways("moe_unsort_chunks", recv * h, sh))
-        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
-    # the combine scatter-adds the top-k expert outputs of each token without the
-    # probabilities (unpermute(..., probs=None), token_dispatcher.py @ d98e8a64 l.891): its
-    # backward is the matching gather, the same bytes; the probabilities (fp32) are kept by
-    # the weighted activation, whose input is already saved (experts.py l.943-977)
-    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=routed * 4)
-    ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
-    if moe.shared_experts:
-        ops += _enter_tp("shared_allgather", m, sh, "shared_fc1")
-        ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",
-                       tokens=t_loc * sh.tp)
-        ops += _leave_tp("shared_reduce", m, sh, "shared_fc2")
-    return ops
 
 
 def embedding_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:

@@ -1,0 +1,111 @@
+"""The MoE block as Megatron-Core's all-to-all token dispatcher runs it (``moe_ops``), and
+the busiest rank's load (``moe_load_factor``), from the building blocks of
+``simulator.workload.op_types``; ``simulator.workload.ops.layer_ops`` places it."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..frameworks.moe import ROUTING
+from .moe_load import expected_max_load_ratio
+from .op_types import (
+    Collective,
+    LayerShape,
+    Op,
+    _comm,
+    _enter_tp,
+    _gemm,
+    _leave_tp,
+    _mem,
+    _tokens,
+    mlp_ops,
+)
+from .spec import TransformerSpec
+
+
+def moe_load_factor(m: TransformerSpec, sh: LayerShape, routed: float) -> float:
+    """Rows the busiest EP rank processes, over the balanced mean: the capacity factor when
+    experts are padded to capacity, else the expected dropless imbalance
+    (``workload.moe_load``; ``frameworks/moe.json``)."""
+    moe = m.moe
+    if moe.capacity_factor > 0:
+        return moe.capacity_factor
+    return expected_max_load_ratio(sh.ep, moe.experts // sh.ep, moe.experts, routed,
+                                   ROUTING.expert_load_cv)
+
+
+def _copy_both_ways(name: str, elems: float, sh: LayerShape) -> Op:
+    """A chunk reorder (``torch.split`` + ``torch.cat``): one copy forward, and its backward
+    (split's gradient is a cat) is one copy of the same bytes, not twice."""
+    op = _mem(name, elems, elems, sh, kind="copy")
+    return replace(op, bwd_bytes=op.bytes_moved)
+
+
+def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Router, token dispatch, local experts, combine, as Megatron-Core's all-to-all token
+    dispatcher runs them (``MoEAlltoAllTokenDispatcher``, dropless unless the spec gives a
+    capacity factor).
+
+    Each rank routes its own tokens (the SP shard, 1/tp of them, when TP > 1): router GEMM
+    (16-bit even in FP8 runs: a plain linear outside Transformer Engine), fp32 softmax and
+    top-k, then a permutation copy grouping its token-expert pairs by destination. The
+    all-to-all sends them over the EP group; the receiving rank sorts the chunks by local
+    expert when it holds more than one (``sort_chunks_by_idxs``), all-gathers them over TP
+    (expert weights are TP-sharded), runs the experts as one grouped GEMM (``batch`` =
+    local experts, ``grouped``), then undoes each step; the router probabilities travel in
+    a second (fp32) all-to-all and scale the experts' activation (weighted SwiGLU), and the
+    unpermute sums the top-k copies. The busiest rank sets every step after the
+    router (``moe_load_factor``). The all-to-all is exposed: Megatron overlaps it with
+    compute only with its opt-in EP-overlap schedule. Shared experts run on every token
+    (TP-sharded, with their own TP gather/reduce).
+    """
+    moe = m.moe
+    assert moe is not None
+    T, _ = _tokens(m, sh)
+    h, ab = m.hidden, sh.act_bytes
+    t_loc = T // sh.tp if sh.tp > 1 else T       # tokens this rank routes
+    routed = t_loc * moe.top_k                   # token-expert pairs this rank sends
+    local = moe.experts // sh.ep
+    recv = routed * moe_load_factor(m, sh, routed)   # pairs the busiest rank receives
+    sh16 = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
+    ops = [_gemm("router", t_loc, moe.experts, h, sh16, saved=t_loc * h * ab),
+           _mem("moe_router_topk", t_loc * moe.experts, t_loc * moe.experts, sh,
+                elem_bytes=4, kind="softmax"),    # fp32 softmax + top-k over router logits
+           _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
+    if sh.ep > 1:
+        ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab))
+        # the router probabilities travel with the tokens (fp32, a second all-to-all: they
+        # are applied inside the experts' activation, token_dispatcher.py @ d98e8a64 l.718)
+        ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * 4.0))
+        if local > 1:
+            ops.append(_copy_both_ways("moe_sort_chunks", recv * h, sh))
+    group_rows = recv * sh.tp                    # gathered over TP
+    if sh.tp > 1:
+        ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
+                         "experts_fc1"))
+    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=int(group_rows),
+                   groups=local)
+    if sh.tp > 1:
+        ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
+                         group_rows * h * ab, "experts_fc2"))
+    if sh.ep > 1:
+        if local > 1:
+            ops.append(_copy_both_ways("moe_unsort_chunks", recv * h, sh))
+        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
+    # the combine scatter-adds the top-k expert outputs of each token without the
+    # probabilities (unpermute(..., probs=None), token_dispatcher.py @ d98e8a64 l.891): its
+    # backward is the matching gather, the same bytes; the probabilities (fp32) are kept by
+    # the weighted activation, whose input is already saved (experts.py l.943-977)
+    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=routed * 4)
+    ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
+    return ops + _shared_expert_ops(m, sh, t_loc)
+
+
+def _shared_expert_ops(m: TransformerSpec, sh: LayerShape, t_loc: int) -> list[Op]:
+    """Shared experts: a dense FFN on every token, TP-sharded with its own gather/reduce."""
+    moe = m.moe
+    if not moe.shared_experts:
+        return []
+    return (_enter_tp("shared_allgather", m, sh, "shared_fc1")
+            + mlp_ops(m, sh, ffn=moe.expert_ffn_hidden * moe.shared_experts, name="shared",
+                      tokens=t_loc * sh.tp)
+            + _leave_tp("shared_reduce", m, sh, "shared_fc2"))
