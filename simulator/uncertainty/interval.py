@@ -11,8 +11,8 @@ MFU, time-to-train, cost, energy) gets the same relative interval; for throughpu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from ..engine.result import Result
 from ..hardware.profile import Profile
@@ -77,7 +77,7 @@ def distinguishable(a: Interval, b: Interval) -> bool:
 @dataclass(frozen=True)
 class Uncertainty:
     """The spread of one prediction: coefficient part, model-form part, and why.
-    ``unvalidated``: ``{"feature=value": variance}`` for the regime's values that no
+    ``unvalidated``: ``("feature=value", variance)`` pairs for the regime's values that no
     validation row has, each widening the model-form part by its novelty variance
     (already inside ``model_form_sigma_log``)."""
 
@@ -85,7 +85,7 @@ class Uncertainty:
     model_form_sigma_log: float
     regime: Regime
     level: float = LEVEL
-    unvalidated: Mapping[str, float] = field(default_factory=dict)
+    unvalidated: tuple[tuple[str, float], ...] = ()
 
     @property
     def sigma_log(self) -> float:
@@ -107,7 +107,8 @@ class Uncertainty:
                 "unvalidated_novelty_var": dict(self.unvalidated)}
 
     def describe(self) -> str:
-        new = (f"; not validated: {', '.join(self.unvalidated)}" if self.unvalidated else "")
+        new = (f"; not validated: {', '.join(k for k, _ in self.unvalidated)}"
+               if self.unvalidated else "")
         return (f"coefficients +/-{100 * self.coefficient.sigma_log:.1f} % "
                 f"({self.coefficient.n_simulations} extra analytic simulations), model form "
                 f"+/-{100 * self.model_form_sigma_log:.1f} % (1 sd; regime {self.regime.key()}"
@@ -121,7 +122,8 @@ def estimate_uncertainty(model: TransformerSpec, plan: Plan, cluster: ClusterSpe
     regime = regime_of(model, plan, cluster, framework)
     table = table or load_table()
     return Uncertainty(coefficient_spread(model, plan, cluster, profile),
-                       table.sigma_log(regime), regime, unvalidated=table.unseen(regime))
+                       table.sigma_log(regime), regime,
+                       unvalidated=tuple(table.unseen(regime).items()))
 
 
 def _num(v: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
+from ..frameworks.defaults import canonical_framework
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
 from ..workload.spec import TransformerSpec
@@ -20,11 +21,12 @@ FEATURES = ("gpu", "framework", "moe", "context", "size", "kernel", "scale")
 
 @dataclass(frozen=True)
 class Regime:
-    """``gpu``: GPU family (``a100``, ``h100``, ...); ``framework``: training framework as
-    the runs CSV names it; ``moe``: dense or moe; ``context``: sequence length bucket;
-    ``size``: total parameters bucket (small models run small kernels and few micro-
-    batches); ``kernel``: per-GPU GEMM width ``hidden / tp`` bucket; ``scale``: GPU count
-    bucket."""
+    """``gpu``: GPU family (``a100``, ``h100``, ...); ``framework``: training framework,
+    canonical name (``megatron`` and ``megatron-lm`` are one framework); ``moe``: dense or
+    moe; ``context``: sequence length bucket (``<=2k``, ``4k``, ``8k``, ``>8k``: the public
+    rows end at 8k tokens, so longer contexts are a value no row has); ``size``: total
+    parameters bucket (small models run small kernels and few micro-batches); ``kernel``:
+    per-GPU GEMM width ``hidden / tp`` bucket; ``scale``: GPU count bucket."""
 
     gpu: str
     framework: str
@@ -62,7 +64,7 @@ def regime_of(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
     params = model.total_params()
     return Regime(
         gpu=gpu_family(cluster.gpu.key),
-        framework=(framework or "").strip().lower() or UNKNOWN,
+        framework=canonical_framework(framework or "") or UNKNOWN,   # one name per framework
         moe="moe" if model.moe is not None else "dense",
         context=_bucket(model.seq_len, (2048, 4096, 8192), ("<=2k", "4k", "8k", ">8k")),
         size=_bucket(params, (10e9, 100e9), ("<10B", "10-100B", ">100B")),

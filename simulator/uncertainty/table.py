@@ -25,10 +25,10 @@ context beyond the longest validated one) adds a *novelty* variance on top:
 
 ``novelty[f]`` is learned by leaving each value of ``f`` out in turn (``learn.py``): how
 much larger the left-out rows' excess squared residuals were than the variance the table
-learned without them gave them. A feature with a single value in the rows (every public
-row is dense, so ``moe``) cannot be learned that way; it is *assumed* as novel as the most
-novel learned feature (``novelty_var``), and says so. The squared residual counts a row's bias as spread: the interval is
-centred on the point prediction, which is never shifted.
+learned without them gave them. A feature with a single value in the rows (every public row
+is dense, so ``moe``) cannot be learned that way; it is *assumed* as novel as the most novel
+learned feature (``novelty_var``), and says so. The squared residual counts a row's bias as
+spread: the interval is centred on the point prediction, which is never shifted.
 
 The learning itself (``simulator.uncertainty.learn``) needs numpy; reading the shipped
 table and evaluating ``v(x)`` here is plain Python.
@@ -100,6 +100,16 @@ def pooled_excess_var(records: Sequence[ResidualRecord]) -> float:
     return max(0.0, sum(sum(v) / len(v) for v in by.values()) / len(by))
 
 
+def novelty_var(novelty: Mapping[str, float | None], feature: str) -> tuple[float, bool]:
+    """(variance, learned) for a value of ``feature`` no record has; an unlearned feature
+    is assumed as novel as the most novel learned one (0 if none is learned)."""
+    v = novelty.get(feature)
+    if v is not None:
+        return v, True
+    learned = [x for x in novelty.values() if x is not None]
+    return (max(learned) if learned else 0.0), False
+
+
 def similarity_weight(a: Regime, b: Regime, similarity: Mapping[str, float]) -> float:
     w = 1.0
     for f in FEATURES:
@@ -131,13 +141,8 @@ class ModelFormTable:
         return self.hyper.prior_scale ** 2 * pooled_excess_var(self.records)
 
     def novelty_var(self, feature: str) -> tuple[float, bool]:
-        """(variance, learned) for a value of ``feature`` no record has; an unlearned
-        feature is assumed as novel as the most novel learned one (0 if none is learned)."""
-        v = self.novelty.get(feature)
-        if v is not None:
-            return v, True
-        learned = [x for x in self.novelty.values() if x is not None]
-        return (max(learned) if learned else 0.0), False
+        """(variance, learned) for a value of ``feature`` no record has."""
+        return novelty_var(self.novelty, feature)
 
     def unseen(self, regime: Regime) -> dict[str, float]:
         """``{"feature=value": novelty variance}`` for each known value of ``regime`` that no
@@ -192,8 +197,7 @@ class ModelFormTable:
         recs = tuple(ResidualRecord(r["id"], r["source"], Regime.from_dict(r["regime"]),
                                     float(r["log_residual"]), float(r["coef_sigma_log"]))
                      for r in d["records"])
-        nov = d["novelty"]
-        novelty = {f: (None if nov.get(f) is None else float(nov[f])) for f in FEATURES}
+        novelty = _novelty_of(d["novelty"])
         return cls(recs, hyper, dict(d.get("provenance", {})), novelty, ensemble)
 
     @classmethod
@@ -201,9 +205,24 @@ class ModelFormTable:
         p = Path(path)
         try:
             return cls.from_dict(json.loads(p.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidInputError("uncertainty_table", str(p),
                                     "a table written by `complexity report`", str(exc)) from None
+
+
+def _novelty_of(nov: Any) -> dict[str, float | None]:
+    """The table's ``novelty`` map, each value None or a finite variance >= 0."""
+    if not isinstance(nov, dict):
+        raise TypeError(f"novelty must be a mapping of feature to variance, not {nov!r}")
+    out: dict[str, float | None] = {}
+    for f in FEATURES:
+        v = nov.get(f)
+        if v is not None:
+            v = float(v)
+            if not (math.isfinite(v) and v >= 0.0):
+                raise ValueError(f"novelty[{f!r}] = {v!r}: a finite variance >= 0 or null")
+        out[f] = v
+    return out
 
 
 def _hyper(h: Mapping[str, Any]) -> Hyper:

@@ -64,12 +64,16 @@ def _novelty_lines(table: ModelFormTable) -> list[str]:
     cells = []
     for f in FEATURES:
         v, learned = table.novelty_var(f)
-        how = "learned" if learned else "assumed: the largest learned (one value in the rows)"
+        values = {getattr(r.regime, f) for r in table.records}
+        why = ("one value in the rows" if len(values) <= 1
+               else "no value leaves two sources to learn from")
+        how = ("learned" if learned else
+               f"assumed: the largest learned ({why})" if v > 0 else f"nothing learned ({why})")
         cells.append(f"| {f} | {v:.4f} | {100 * math.sqrt(v):.1f} | {how} |")
-    return ["A value no row has (a GPU family, framework, MoE, context beyond 8k tokens "
-            "never validated) widens the model-form part by its novelty variance, learned by "
-            "leaving each value of the feature out (gaps clipped at zero, averaged over the "
-            "values):", "",
+    return ["A value no row has (a GPU family, framework or MoE never validated, a context "
+            "bucket no row reaches) widens the model-form part by its novelty variance, "
+            "learned by leaving each value of the feature out (gaps clipped at zero, averaged "
+            "over the values):", "",
             "| feature | novelty variance (ln time)^2 | as 1 sd % | how |",
             "|---|---:|---:|---|"] + cells + [""]
 

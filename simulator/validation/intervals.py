@@ -61,7 +61,7 @@ def attach_intervals(outcomes: Sequence[RowOutcome], table: ModelFormTable,
         i = o.inputs
         regime = regime_of(i.model, i.plan, i.cluster, i.framework)
         o.uncertainty = Uncertainty(s, table.sigma_log(regime), regime,
-                                    unvalidated=table.unseen(regime))
+                                    unvalidated=tuple(table.unseen(regime).items()))
 
 
 def _measured(o: RowOutcome) -> float | None:
@@ -125,4 +125,5 @@ def attach_heldout(outcomes: Sequence[RowOutcome], spreads: Sequence[Coefficient
     for n, h in zip(learned.index, learned.heldout):
         s = spreads[n]
         if s is not None:
-            outcomes[n].uncertainty = Uncertainty(s, h.model_form_sigma_log, h.record.regime)
+            outcomes[n].uncertainty = Uncertainty(s, h.model_form_sigma_log, h.record.regime,
+                                                  unvalidated=h.unvalidated)

@@ -52,6 +52,22 @@ def test_same_inputs_same_interval_bytes(capsys):
     assert outs[0] == outs[1]
 
 
+def test_a_gpu_no_row_validates_widens_the_interval_and_says_so(capsys):
+    """b200 is a GPU family no published row has: the model-form part carries the learned
+    GPU-family novelty, the JSON lists it and the table line names it."""
+    b200 = ["simulate", "--model", "llama2-7b", "--gpu", "b200", "--gpus", "16", "--tp", "2",
+            "--pp", "2", "--global-batch", "64", "--sequence-parallel",
+            "--framework", "megatron-core"]
+    _, out, _ = run(b200 + ["--json"], capsys)
+    u = json.loads(out)["uncertainty"]
+    assert list(u["unvalidated_novelty_var"]) == ["gpu=b200"]
+    assert u["unvalidated_novelty_var"]["gpu=b200"] > 0
+    _, out, _ = run(b200, capsys)
+    assert "not validated: gpu=b200" in out
+    _, out, _ = run(SIM + ["--json", "--framework", "megatron-core"], capsys)
+    assert json.loads(out)["uncertainty"]["unvalidated_novelty_var"] == {}
+
+
 def test_simulate_table_prints_the_interval_line(capsys):
     _, out, _ = run(SIM, capsys)
     assert re.search(r"step time [\d.]+ s \(80%: [\d.]+–[\d.]+ s\)", out)
@@ -102,6 +118,9 @@ def test_report_learns_checks_and_ships_the_table(tmp_path, capsys, monkeypatch)
     assert "## 80 % intervals: do they hold?" in md and "| nominal % |" in md
     for src in ("korthikanti", "megatron", "nemo", "mpt"):
         assert re.search(rf"\| {src} \| \d+ \| \d+ \| \d+ \| \d+ \|", md)
+    # the novelty table: every feature, moe assumed (one value in these rows)
+    assert "novelty variance" in md
+    assert re.search(r"\| moe \| [\d.]+ \| [\d.]+ \| (assumed|nothing learned)", md)
 
 
 def test_search_lists_intervals_and_ranks_risk_averse():

@@ -2,6 +2,7 @@
 spread is known (the real residuals move with the physics; nothing here depends on them)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -9,7 +10,9 @@ from statistics import NormalDist
 
 import pytest
 
+from simulator.api.catalog import make_cluster
 from simulator.errors import InvalidInputError
+from simulator.parallel.plan import Plan
 from simulator.uncertainty.calibration import coverage, reliability
 from simulator.uncertainty.interval import (
     Interval,
@@ -25,7 +28,7 @@ from simulator.uncertainty.learn import (
     loso_evaluation,
     z_of,
 )
-from simulator.uncertainty.regime import FEATURES, UNKNOWN, Regime
+from simulator.uncertainty.regime import FEATURES, UNKNOWN, Regime, regime_of
 from simulator.uncertainty.table import (
     SHIPPED_TABLE,
     Hyper,
@@ -33,6 +36,7 @@ from simulator.uncertainty.table import (
     ResidualRecord,
     load_table,
 )
+from simulator.workload import get_preset
 
 BASE = dict(gpu="a100", framework="megatron", moe="dense", context="<=2k", size="10-100B",
             kernel=">2k", scale="<=64")
@@ -218,6 +222,34 @@ def test_novelty_widens_the_held_out_interval_of_a_source_with_a_new_value():
         assert h.model_form_sigma_log > bare.sigma_log(h.record.regime)
 
 
+def test_a_value_whose_removal_leaves_one_source_is_not_learned_from():
+    """Two sources; the framework value of src0 is src0's alone: leaving it out leaves one
+    source, from which no hyperparameters can be learned, so that gap is skipped (and with
+    both values skipped the feature's novelty is not learned at all)."""
+    recs = synthetic(lambda r: 0.1, n_sources=2)
+    nov = learn_novelty(recs)
+    assert nov["framework"] is None
+    assert nov["gpu"] is not None                # a100/h100 rows are in both sources
+
+
+@pytest.mark.parametrize("bad", [None, [], {"gpu": -1.0}, {"gpu": float("nan")},
+                                 {"gpu": "x"}])
+def test_malformed_novelty_is_one_typed_error(tmp_path, bad):
+    d = learn_table(synthetic(lambda r: 0.1)).to_dict()
+    d["novelty"] = bad
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(InvalidInputError, match="uncertainty_table"):
+        ModelFormTable.read_json(p)
+
+
+def test_held_out_rows_name_the_values_the_other_sources_lack():
+    """Each synthetic source has its own framework: held out, every row's framework is new
+    to the table that predicts it, and the HeldOut says so."""
+    for h in loso_evaluation(synthetic(lambda r: 0.1, n_sources=4)):
+        assert [k for k, _ in h.unvalidated] == [f"framework={h.record.regime.framework}"]
+
+
 def test_shipped_table_loads_and_says_where_it_came_from():
     t = load_table()
     assert SHIPPED_TABLE.is_file()
@@ -229,6 +261,10 @@ def test_shipped_table_loads_and_says_where_it_came_from():
     assert "complexity report" in prov["command"]
     assert all(0 < v <= 1 for v in t.hyper.similarity.values())
     assert t.sigma_log(regime()) > 0
+    assert set(t.novelty) == set(FEATURES)
+    assert all(v is None or v >= 0 for v in t.novelty.values())
+    assert any(v for v in t.novelty.values())         # something was learned
+    assert len(t.hypers) >= 2                          # the bagged ensemble ships
 
 
 # ---- intervals ----------------------------------------------------------------------------
@@ -258,3 +294,18 @@ def test_related_quantities_share_the_relative_spread():
 def test_overlap_by_more_than_half_is_not_distinguishable(a, b, overlap, same):
     assert overlap_fraction(a, b) == pytest.approx(overlap)
     assert distinguishable(a, b) is (not same)
+
+
+# ---- regime features ----------------------------------------------------------------------
+@pytest.mark.parametrize("seq, bucket", [(2048, "<=2k"), (4096, "4k"), (4097, "8k"),
+                                         (8192, "8k"), (8193, ">8k"), (131072, ">8k")])
+def test_context_buckets_end_where_the_public_rows_end(seq, bucket):
+    m = dataclasses.replace(get_preset("llama2-7b"), seq_len=seq)
+    assert regime_of(m, Plan(), make_cluster("h100-sxm", 8)).context == bucket
+
+
+def test_framework_aliases_are_one_regime():
+    m, p, c = get_preset("llama2-7b"), Plan(), make_cluster("h100-sxm", 8)
+    assert regime_of(m, p, c, "megatron") == regime_of(m, p, c, " Megatron-LM ")
+    assert regime_of(m, p, c, "llm-foundry-fsdp") == regime_of(m, p, c, "llm-foundry")
+    assert regime_of(m, p, c).framework == UNKNOWN
