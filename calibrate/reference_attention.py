@@ -8,8 +8,10 @@ GitHub threads) and ``attention_fa1.csv`` (FlashAttention-1 and its Triton port 
 H100, the FA2 release figures' other bars). Causal calls use the same curve with the half-length constant
 ``2 * s_half + 128`` (average kv tiles per query tile halve; the diagonal tile is computed
 in full) times ``causal_eff``, fitted once on the A100 FA2 causal rows and carried to the
-other GPUs and families; a family whose sweep has causal rows of its own (``flash1``) fits
-its own factor (``AttentionCurve.causal_eff``). Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
+other GPUs and families; a family whose sweep has causal rows of its own (``flash1``; on
+H100 the FlashAttention-2 and cuDNN forward panels) fits its own factor
+(``AttentionCurve.causal_eff``), which its backward curve inherits (assumed: no causal
+backward rows). Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
 ``flash1`` = FlashAttention-1 and its pre-MLIR Triton port (what llm-foundry ran in 2023);
 ``flash3`` = what Transformer Engine runs on Hopper and Blackwell, cuDNN fused
 attention ("TE prefers cuDNN flash attention on Hopper+ when both apply", NeMo docs,
@@ -18,7 +20,7 @@ NVIDIA/NeMo PR #9188). CSV line numbers count the header as line 1.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from simulator.hardware.profile import AttentionCurve, AttentionModel, Coefficient
@@ -184,6 +186,22 @@ def _flash1_curves(fa1: Sequence[Row]) -> dict[str, CurveFit]:
             for gpu in ("A100", "H100")}
 
 
+def _h100_curves(more: Sequence[Row], fam: str, kernel: str, label: str
+                 ) -> dict[str, CurveFit]:
+    """The H100 forward curve with its own causal factor (the FA3 paper's forward figures
+    have causal panels for every family), the backward curve from the non-causal backward
+    rows, which inherits the forward's causal factor (no causal backward rows)."""
+    fwd = fit_curve(sweep(more, "H100", fam, "fwd", causal=None),
+                    f"H100 {label} fwd, FA3 paper figures", causal_eff=None)
+    bwd = fit_curve(sweep(more, "H100", fam, "bwd"), f"H100 {label} bwd, FA3 paper figures")
+    ce = fwd.curve.causal_eff
+    inherited = Coefficient(ce.value, ce.unit, "assumed: the same kernel family's forward "
+                            "causal factor (no H100 causal backward rows in the data): "
+                            + ce.source, ce.stderr, ce.heldout_error_pct)
+    return {f"H100:{kernel}:fwd": fwd,
+            f"H100:{kernel}:bwd": CurveFit(replace(bwd.curve, causal_eff=inherited), bwd.fit)}
+
+
 def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row],
                          fa1: Sequence[Row]) -> AttentionRefs:
     c: dict[str, CurveFit] = {}
@@ -192,9 +210,7 @@ def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row],
     c.update(_flash1_curves(fa1))
     for fam, kernel, label in (("fa2", "flash", "FlashAttention-2"),
                                ("cudnn", "flash3", "cuDNN fused attention")):
-        for d in ("fwd", "bwd"):
-            c[f"H100:{kernel}:{d}"] = fit_curve(sweep(more, "H100", fam, d),
-                                                f"H100 {label} {d}, FA3 paper figures")
+        c.update(_h100_curves(more, fam, kernel, label))
     c["B200:flash:fwd"] = fit_curve(
         sweep(blackwell, "B200", "fa2", "fwd", min_seq=512),
         "B200 FlashAttention-2 fwd, flash-attention#1589 and tritonbench#171; seq < 512 left "
@@ -229,7 +245,19 @@ def _blackwell_curves(refs: AttentionRefs) -> dict[str, AttentionCurve]:
         h_b.s_half.value, "tokens", f"transferred from H100 (no Blackwell cuDNN backward row): "
         f"{h_b.s_half.source}"), "transferred: the H100 cuDNN backward emax x the B200/H100 "
         "cuDNN forward emax ratio per head dim (no Blackwell cuDNN backward row in the data)")
-    return {"flash:fwd": fwd2, "flash:bwd": bwd2, "flash3:fwd": f3, "flash3:bwd": b3}
+    out = {"flash:fwd": fwd2, "flash:bwd": bwd2, "flash3:fwd": f3, "flash3:bwd": b3}
+    return {k: _with_causal_of(cv, c[f"H100:{k.split(':')[0]}:fwd"].curve)
+            for k, cv in out.items()}
+
+
+def _with_causal_of(cv: AttentionCurve, h100: AttentionCurve) -> AttentionCurve:
+    """A Blackwell curve without causal rows takes its family's H100 forward causal factor."""
+    if cv.causal_eff is not None and "H100" not in cv.causal_eff.source:
+        return cv
+    ce = h100.causal_eff
+    return replace(cv, causal_eff=Coefficient(
+        ce.value, ce.unit, "transferred: the same family's H100 forward causal factor (no "
+        "Blackwell causal rows): " + ce.source, ce.stderr, ce.heldout_error_pct))
 
 
 def _relabel(curves: Mapping[str, AttentionCurve], why: str) -> dict[str, AttentionCurve]:
