@@ -32,6 +32,7 @@ from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
+from ..workload.spec import Position
 from .runs_schema import check_row, invalid_status, measured_value, read_rows  # noqa: F401
 
 OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
@@ -110,6 +111,7 @@ def row_model(row: Mapping[str, str]) -> TransformerSpec:
                            ffn_hidden=fields["ffn_hidden"], n_heads=heads or 0, n_kv_heads=kv or 0,
                            vocab=fields["vocab"], seq_len=fields["seq_len"], mlp=MLP(mlp),
                            tied_embeddings=base.tied_embeddings if base else False,
+                           position=base.position if base else Position.LEARNED,
                            head_dim=head_dim, moe=moe, source=row.get("source", ""))
 
 

@@ -31,7 +31,7 @@ from .op_types import (  # noqa: F401  (Op, OpKind, LayerShape, ... are this mod
     mlp_ops,
     with_fp8_casts,
 )
-from .spec import TransformerSpec
+from .spec import Position, TransformerSpec
 
 
 def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
@@ -49,6 +49,8 @@ def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op
         qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
         ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
                          saved_out=qkv_out))
+        if m.position == Position.ROPE:
+            ops.append(_rope(T * (q_local + kv_local), sh))
     ops += core_attention_ops(m, sh, m.window_of(layer))
     out_in = m.q_dim // sh.tp
     ops.append(_gemm("attn_out", T, h, out_in, sh, saved=T * out_in * ab))
@@ -81,7 +83,19 @@ def mla_projection_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
                  saved=T * a.kv_lora_rank * ab, kind="norm"),
             _gemm("kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, sh,
                   saved=T * a.kv_lora_rank * ab, saved_out=qkv_out)]
-    return ops
+    # RoPE on the decoupled parts, then Q and K assembled per head (nope + rope parts
+    # concatenated, the shared rope key expanded over heads): Megatron-Core's MLA
+    # materialises both (multi_latent_attention.py @ d98e8a64 l.944-975)
+    return ops + [_rope(T * heads * 2 * qk, sh, "mla_rope_qk_assemble")]
+
+
+def _rope(elems: float, sh: LayerShape, name: str = "rope") -> Op:
+    """Rotary embedding applied to Q and K (``elems`` = their elements): Megatron's fused
+    RoPE (``--no-rope-fusion`` off by default, arguments.py l.2902) or TE's kernel reads
+    and writes them once; its backward rotates the gradients back, the same bytes. Nothing
+    extra is saved (the rotated Q and K are what the attention core keeps)."""
+    op = _mem(name, elems, elems, sh)
+    return replace(op, bwd_bytes=op.bytes_moved)
 
 
 def causal_window_pairs(s: int, window: int) -> int:

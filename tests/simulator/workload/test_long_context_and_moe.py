@@ -226,3 +226,31 @@ def test_deepgemm_contiguous_grouped_rows_within_15_percent():
         t = gemm_time_s(mg, n, k, "fp8", gpu, prof, batch=g, grouped=True)
         assert 2 * g * mg * n * k / t / 1e12 == pytest.approx(meas, rel=0.15)
     assert math.isfinite(t)
+
+
+# ---- rotary position embedding ----------------------------------------------------------------
+def test_rope_rotates_q_and_k_once_each_way():
+    """Fused RoPE (Megatron's default, --no-rope-fusion off) reads and writes Q and K once;
+    its backward rotates the gradients back over the same bytes; a learned-position model
+    has no such op."""
+    import dataclasses
+    from simulator.workload.spec import Position
+    rope = dataclasses.replace(L7B, position=Position.ROPE, seq_len=4096)
+    sh = LayerShape(1, 4096, tp=2)
+    ops = {o.name: o for o in layer_ops(rope, sh)}
+    elems = 4096 * (rope.q_dim // 2 + rope.kv_dim // 2)
+    assert ops["rope"].bytes_moved == 2 * elems * 2 and ops["rope"].saved_bytes == 0
+    bwd = {o.name: o for o in backward_ops(list(ops.values()))}
+    assert bwd["rope_bwd"].bytes_moved == ops["rope"].bytes_moved
+    learned = dataclasses.replace(L7B, position=Position.LEARNED, seq_len=4096)
+    assert "rope" not in {o.name for o in layer_ops(learned, sh)}
+
+
+def test_published_rows_naming_a_preset_keep_its_position_embedding():
+    from simulator.validation.predict import row_model
+    from simulator.workload.spec import Position
+    row = {"model": "llama2-7b", "seq_len": "4096"}
+    assert row_model(row).position == Position.ROPE
+    assert row_model({"model": "", "n_layers": "2", "hidden": "256", "ffn_hidden": "1024",
+                      "n_heads": "4", "vocab": "1000", "seq_len": "128"}).position \
+        == Position.LEARNED
