@@ -32,7 +32,6 @@ from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
-from ..workload.spec import Position
 from .runs_schema import check_row, invalid_status, measured_value, read_rows  # noqa: F401
 
 OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
@@ -106,23 +105,28 @@ def row_model(row: Mapping[str, str]) -> TransformerSpec:
     heads = fields["n_heads"]
     kv = fields["n_kv_heads"] or heads
     head_dim = base.head_dim if base and heads == base.n_heads and base.hidden == fields["hidden"] else 0
-    return TransformerSpec(name=(row.get("model") or row.get("id") or "row").strip(),
-                           n_layers=fields["n_layers"], hidden=fields["hidden"],
-                           ffn_hidden=fields["ffn_hidden"], n_heads=heads or 0, n_kv_heads=kv or 0,
-                           vocab=fields["vocab"], seq_len=fields["seq_len"], mlp=MLP(mlp),
-                           tied_embeddings=base.tied_embeddings if base else False,
-                           position=base.position if base else Position.LEARNED,
-                           head_dim=head_dim, moe=moe, source=row.get("source", ""))
+    dims = dict(name=(row.get("model") or row.get("id") or "row").strip(),
+                n_layers=fields["n_layers"], hidden=fields["hidden"],
+                ffn_hidden=fields["ffn_hidden"], n_heads=heads or 0, n_kv_heads=kv or 0,
+                vocab=fields["vocab"], seq_len=fields["seq_len"], mlp=MLP(mlp),
+                head_dim=head_dim, moe=moe, source=row.get("source", ""))
+    if base is not None:
+        # the named preset's architecture (MLA, windows, RoPE, norms, biases, router) stays;
+        # the row's columns override its dimensions
+        return replace(base, **dims)
+    return TransformerSpec(**dims)
 
 
 def _row_moe(row: Mapping[str, str], base: TransformerSpec | None) -> MoESpec | None:
     experts = _int(row, "moe_experts")
     if experts is None:
         return base.moe if base else None
-    return MoESpec(experts=experts, top_k=_int(row, "moe_topk", 1),
-                   expert_ffn_hidden=_int(row, "moe_ffn_hidden", _int(row, "ffn_hidden")),
-                   shared_experts=_int(row, "moe_shared_experts", 0),
-                   dense_layers=_int(row, "moe_dense_layers", 0))
+    counts = dict(experts=experts, top_k=_int(row, "moe_topk", 1),
+                  expert_ffn_hidden=_int(row, "moe_ffn_hidden", _int(row, "ffn_hidden")),
+                  shared_experts=_int(row, "moe_shared_experts", 0),
+                  dense_layers=_int(row, "moe_dense_layers", 0))
+    # a named preset keeps its router (score function, groups, expert bias) and layer pattern
+    return replace(base.moe, **counts) if base and base.moe else MoESpec(**counts)
 
 
 def missing_heads(row: Mapping[str, str]) -> bool:

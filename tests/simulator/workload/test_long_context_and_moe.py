@@ -254,3 +254,22 @@ def test_published_rows_naming_a_preset_keep_its_position_embedding():
     assert row_model({"model": "", "n_layers": "2", "hidden": "256", "ffn_hidden": "1024",
                       "n_heads": "4", "vocab": "1000", "seq_len": "128"}).position \
         == Position.LEARNED
+
+
+def test_published_rows_naming_an_moe_preset_keep_its_architecture():
+    """A held-out style row: deepseek-v3 named, its dimension and MoE count columns given.
+    The preset's MLA, router (sigmoid scores, groups, expert bias) and dense leading layers
+    stay; the columns set the counts."""
+    from simulator.validation.predict import row_model
+    from simulator.workload import get_preset
+    base = get_preset("deepseek-v3")
+    row = {"model": "deepseek-v3", "n_layers": str(base.n_layers), "hidden": str(base.hidden),
+           "ffn_hidden": str(base.ffn_hidden), "n_heads": str(base.n_heads),
+           "vocab": str(base.vocab), "seq_len": "4096", "moe_experts": "256", "moe_topk": "8",
+           "moe_ffn_hidden": "2048", "moe_shared_experts": "1", "moe_dense_layers": "3"}
+    m = row_model(row)
+    assert m.mla == base.mla and m.mla is not None
+    assert m.moe.router_score == base.moe.router_score
+    assert m.moe.router_groups == base.moe.router_groups
+    assert (m.moe.experts, m.moe.top_k, m.moe.dense_layers) == (256, 8, 3)
+    assert m.seq_len == 4096
