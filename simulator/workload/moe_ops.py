@@ -82,8 +82,17 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     if sh.tp > 1:
         ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
                          "experts_fc1"))
+    # FP8 grouped GEMMs need each expert's rows padded to the recipe's alignment: the
+    # all-to-all dispatcher's tokens are copied into padded segments before fc1 and copied
+    # back out after fc2 (TEGroupedMLP quantization_padding / _unpadding, experts.py @
+    # d98e8a64 l.896-905, l.1041-1043); each backward is the opposite copy, same bytes
+    fp8_pad = sh.dtype == "fp8"
+    if fp8_pad:
+        ops.append(_copy_both_ways("moe_fp8_pad", group_rows * h, sh))
     ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=int(group_rows),
                    groups=local)
+    if fp8_pad:
+        ops.append(_copy_both_ways("moe_fp8_unpad", group_rows * h, sh))
     if sh.tp > 1:
         ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
                          group_rows * h * ab, "experts_fc2"))

@@ -177,6 +177,13 @@ def test_moe_layer_ops_as_the_alltoall_dispatcher_runs_them():
     # @ d98e8a64 l.718), one per received token-expert pair
     assert ops["ep_dispatch_probs"].comm_bytes == pytest.approx(routed * ratio * 4)
     assert "moe_sort_chunks" in ops and "moe_unsort_chunks" in ops   # 16 local experts
+    # FP8: expert rows copied into aligned segments and back (bf16 activations)
+    pad_elems = routed * ratio * tp * 2048
+    for name in ("moe_fp8_pad", "moe_fp8_unpad"):
+        assert ops[name].bytes_moved == pytest.approx(2 * pad_elems * 2)
+    bf16 = {o.name for o in layer_ops(MOE, LayerShape(b, s, tp=tp, ep=ep,
+                                                      sequence_parallel=True), layer=1)}
+    assert "moe_fp8_pad" not in bf16
     fc1 = ops["experts_fc1"]
     assert fc1.grouped and fc1.batch == 16 and fc1.n == 2 * 768 // tp
     assert fc1.batch * fc1.m == pytest.approx(routed * ratio * tp, rel=0.01)
