@@ -270,6 +270,8 @@ def run_report(a: argparse.Namespace) -> int:
     learned = learn_from(outcomes, spreads, a.runs, out_dir / "report.md", command)
     attach_heldout(outcomes, spreads, learned)
     md = write_report(outcomes, out_dir, learned)
+    if a.ship_uncertainty:                      # written before any output: a closed pipe
+        learned.table.write_json(SHIPPED_TABLE)   # on stdout must not lose it
     print(summary_line(outcomes))
     from ..uncertainty.calibration import coverage
     lo = coverage(learned.heldout)              # unrounded: the report prints the same figure
@@ -277,7 +279,6 @@ def run_report(a: argparse.Namespace) -> int:
           f"times inside, median width {100 * lo.median_width_frac:.1f}% of the prediction")
     print(f"report written to {md}; uncertainty table {out_dir / TABLE_NAME}")
     if a.ship_uncertainty:
-        learned.table.write_json(SHIPPED_TABLE)
         print(f"shipped uncertainty table updated: {SHIPPED_TABLE}")
     if a.html:
         from ..validation.report_html import write_html
