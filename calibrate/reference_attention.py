@@ -9,9 +9,9 @@ H100, the FA2 release figures' other bars). Causal calls use the same curve with
 ``2 * s_half + 128`` (average kv tiles per query tile halve; the diagonal tile is computed
 in full) times ``causal_eff``, fitted once on the A100 FA2 causal rows and carried to the
 other GPUs and families; a family whose sweep has causal rows of its own (``flash1``; on
-H100 the FlashAttention-2 and cuDNN forward panels) fits its own factor
-(``AttentionCurve.causal_eff``), which its backward curve inherits (assumed: no causal
-backward rows). Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
+H100 the FlashAttention-2 and cuDNN forward panels, B200 cuDNN forward) fits its own
+factor (``AttentionCurve.causal_eff``), which its backward curve inherits (assumed: no
+causal backward rows); B200 FlashAttention-2 takes H100's (transferred). Families: ``flash`` = FlashAttention-2 (PyTorch SDPA's flash backend);
 ``flash1`` = FlashAttention-1 and its pre-MLIR Triton port (what llm-foundry ran in 2023);
 ``flash3`` = what Transformer Engine runs on Hopper and Blackwell, cuDNN fused
 attention ("TE prefers cuDNN flash attention on Hopper+ when both apply", NeMo docs,
@@ -122,6 +122,21 @@ def fit_curve(sw: Sweep, what: str, causal_eff: float | None = 1.0) -> CurveFit:
     return CurveFit(AttentionCurve(emax, f.coefficient("s_half", "tokens", src), causal), f)
 
 
+def _own_causal(cf: CurveFit, causal_rows: Sweep) -> CurveFit:
+    """``cf``'s curve with its own causal factor, fitted to ``causal_rows`` with the
+    non-causal curve held fixed (where the causal rows are too few or cover other head dims
+    to refit the whole curve: B200 cuDNN's are head dim 64 only)."""
+    c = cf.curve
+    dims = {str(p.head_dim) for p in causal_rows.points}
+    fixed = {f"emax_{d}": e.value for d, e in c.emax.items() if d in dims}
+    fixed["s_half"] = c.s_half.value
+    f = fit_attention_curve(causal_rows.points, CAUSAL_BLOCK, fixed=fixed)
+    ce = f.coefficient("causal_eff", "fraction", (
+        f"fit to {cite(causal_rows.rows)} (causal rows) with the non-causal curve held fixed; "
+        f"held-out (every 3rd point) MAPE {f.heldout_mape_pct:.1f}%"))
+    return CurveFit(replace(c, causal_eff=ce), cf.fit)
+
+
 def causal_eff(more: Sequence[Row], a100_fa2: CurveFit) -> tuple[Coefficient, FitResult]:
     """The one causal factor, fitted on the A100 FA2 causal rows with the non-causal curve
     held fixed (H100 causal rows of all families are the held-out test)."""
@@ -218,11 +233,13 @@ def build_attention_refs(more: Sequence[Row], blackwell: Sequence[Row],
     c["B200:flash:bwd"] = fit_curve(sweep(blackwell, "B200", "fa2", "bwd"),
                                     "B200 FlashAttention-2 bwd, flash-attention#1589")
     c["B200:flash3:fwd"] = fit_curve(
-        sweep(blackwell, "B200", "cudnn", "fwd"),
+        sweep(blackwell, "B200", "cudnn", "fwd"), what=
         "B200 cuDNN fused attention fwd, flash-attention#2605; head dim 128 has one point "
         "(seq 1k), extrapolated with the shared s_half: its emax sits ~5% above the best "
         "Blackwell attention kernel published (FA4, kernels_more.csv line 277: 1613 TF = 71.7% "
         "of 2250), so hd-128 forward may be up to ~5% optimistic")
+    c["B200:flash3:fwd"] = _own_causal(c["B200:flash3:fwd"],
+                                       sweep(blackwell, "B200", "cudnn", "fwd", causal=True))
     g, gf = causal_eff(more, c["A100:flash:fb"])
     fits = {f"attn_{k.replace(':', '_')}": v.fit for k, v in c.items()}
     fits["attn_causal_eff"] = gf
@@ -245,19 +262,16 @@ def _blackwell_curves(refs: AttentionRefs) -> dict[str, AttentionCurve]:
         h_b.s_half.value, "tokens", f"transferred from H100 (no Blackwell cuDNN backward row): "
         f"{h_b.s_half.source}"), "transferred: the H100 cuDNN backward emax x the B200/H100 "
         "cuDNN forward emax ratio per head dim (no Blackwell cuDNN backward row in the data)")
-    out = {"flash:fwd": fwd2, "flash:bwd": bwd2, "flash3:fwd": f3, "flash3:bwd": b3}
-    return {k: _with_causal_of(cv, c[f"H100:{k.split(':')[0]}:fwd"].curve)
-            for k, cv in out.items()}
-
-
-def _with_causal_of(cv: AttentionCurve, h100: AttentionCurve) -> AttentionCurve:
-    """A Blackwell curve without causal rows takes its family's H100 forward causal factor."""
-    if cv.causal_eff is not None and "H100" not in cv.causal_eff.source:
-        return cv
-    ce = h100.causal_eff
-    return replace(cv, causal_eff=Coefficient(
-        ce.value, ce.unit, "transferred: the same family's H100 forward causal factor (no "
-        "Blackwell causal rows): " + ce.source, ce.stderr, ce.heldout_error_pct))
+    own = f3.causal_eff                          # B200 cuDNN: fitted to its causal rows
+    b3 = replace(b3, causal_eff=Coefficient(
+        own.value, own.unit, "assumed: B200 cuDNN forward's causal factor (no B200 causal "
+        "backward rows): " + own.source, own.stderr, own.heldout_error_pct))
+    h2 = c["H100:flash:fwd"].curve.causal_eff    # B200 FA2: no causal rows at all
+    fa2 = Coefficient(h2.value, h2.unit, "transferred: H100 FlashAttention-2 forward's causal "
+                      "factor (no B200 FA2 causal rows): " + h2.source, h2.stderr,
+                      h2.heldout_error_pct)
+    return {"flash:fwd": replace(fwd2, causal_eff=fa2), "flash:bwd": replace(bwd2, causal_eff=fa2),
+            "flash3:fwd": f3, "flash3:bwd": b3}
 
 
 def _relabel(curves: Mapping[str, AttentionCurve], why: str) -> dict[str, AttentionCurve]:

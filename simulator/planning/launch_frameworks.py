@@ -165,17 +165,42 @@ def torchtitan_toml(m: TransformerSpec, p: Plan) -> str:
 
 # ---- FSDP2 sketch -------------------------------------------------------------------------
 def _mesh(p: Plan) -> tuple[list[str], list[int]]:
+    """Mesh dims, slowest first. EP groups take consecutive ranks of the DP x CP block, one
+    TP block apart, as Megatron's expert grid does (cp folded into expert DP): with CP, the
+    dim that holds them is split and flattened back in the sketch (``_ep_mesh_lines``)."""
     names, sizes = ["pp"], [p.pp]
-    if p.ep > 1:
+    if p.ep > 1 and p.cp > 1 and p.ep % p.cp == 0:      # EP spans CP and part of DP
+        names += ["dp_mod_ep", "ep_mod_cp", "cp"]
+        sizes += [p.dp * p.cp // p.ep, p.ep // p.cp, p.cp]
+    elif p.ep > 1 and p.cp > 1:                          # EP inside CP (ep divides cp)
+        names += ["dp", "cp_mod_ep", "ep"]
+        sizes += [p.dp, p.cp // p.ep, p.ep]
+    elif p.ep > 1:
         names += ["dp_mod_ep", "ep"]
         sizes += [p.dp // p.ep, p.ep]
     else:
         names.append("dp")
         sizes.append(p.dp)
-    if p.cp > 1:
-        names.append("cp")
-        sizes.append(p.cp)
+        if p.cp > 1:
+            names.append("cp")
+            sizes.append(p.cp)
     return names + ["tp"], sizes + [p.tp]
+
+
+def _ep_mesh_lines(p: Plan, names: list[str]) -> list[str]:
+    """``dp_mesh`` (dense parameters), and with EP ``ep_mesh`` / ``edp_mesh`` (experts)."""
+    if "ep_mod_cp" in names:
+        return ['ep_mesh = mesh["ep_mod_cp", "cp"]._flatten("ep")   # experts: EP over CP x part of DP',
+                'edp_mesh = mesh["dp_mod_ep"]',
+                'dp_mesh = mesh["dp_mod_ep", "ep_mod_cp"]._flatten("dp")   # dense params: FSDP over DP']
+    if "cp_mod_ep" in names:
+        return ['ep_mesh = mesh["ep"]   # experts: EP inside CP',
+                'edp_mesh = mesh["dp", "cp_mod_ep"]._flatten("edp")',
+                'dp_mesh = mesh["dp"]   # dense params: FSDP over DP']
+    if p.ep > 1:
+        return ['ep_mesh = mesh["ep"]', 'edp_mesh = mesh["dp_mod_ep"]',
+                'dp_mesh = mesh["dp_mod_ep", "ep"]._flatten("dp")   # dense params: FSDP over all DP ranks']
+    return ['dp_mesh = mesh["dp"]']
 
 
 def fsdp_sketch(m: TransformerSpec, p: Plan) -> str:
@@ -193,10 +218,7 @@ def fsdp_sketch(m: TransformerSpec, p: Plan) -> str:
          "                                               SequenceParallel, parallelize_module)",
          "",
          f"mesh = init_device_mesh(\"cuda\", {tuple(sizes)}, mesh_dim_names={tuple(names)})"]
-    if p.ep > 1:
-        L.append('dp_mesh = mesh["dp_mod_ep", "ep"]._flatten("dp")   # dense params: FSDP over all DP ranks')
-    else:
-        L.append('dp_mesh = mesh["dp"]')
+    L += _ep_mesh_lines(p, names)
     L += ['pp_rank, pp_size = mesh["pp"].get_local_rank(), mesh["pp"].size()',
           f"mp = MixedPrecisionPolicy(param_dtype=torch.{_dtype_name(p)}, reduce_dtype=torch.float32)",
           "model = build_model()       # your module: .layers (blocks), .embed, .head",
@@ -243,11 +265,11 @@ def _ep_lines(m: TransformerSpec, p: Plan) -> list[str]:
     if p.ep == 1:
         return [f"        # MoE: all {m.moe.experts} experts on every rank (ep=1)"]
     return [f"        # MoE: {m.moe.experts // p.ep} of {m.moe.experts} experts per rank; tokens "
-            'all-to-all over mesh["ep"]',
+            'all-to-all over ep_mesh',
             "        if hasattr(block, \"moe\"):",
-            "            shard_experts(block.moe.experts, mesh[\"ep\"])   # keep experts "
+            "            shard_experts(block.moe.experts, ep_mesh)   # keep experts "
             "[ep_rank * E/ep, (ep_rank+1) * E/ep)",
-            "            fully_shard(block.moe.experts, mesh=mesh[\"dp_mod_ep\"], mp_policy=mp)"]
+            "            fully_shard(block.moe.experts, mesh=edp_mesh, mp_policy=mp)"]
 
 
 def _ckpt_lines(p: Plan) -> list[str]:

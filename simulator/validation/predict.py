@@ -104,7 +104,9 @@ def row_model(row: Mapping[str, str]) -> TransformerSpec:
     moe = _row_moe(row, base)
     heads = fields["n_heads"]
     kv = fields["n_kv_heads"] or heads
-    head_dim = base.head_dim if base and heads == base.n_heads and base.hidden == fields["hidden"] else 0
+    same = base and heads == base.n_heads and base.hidden == fields["hidden"]
+    # MLA's head_dim is the value-head width, not hidden / heads: it stays the preset's
+    head_dim = base.head_dim if base and (same or base.mla is not None) else 0
     dims = dict(name=(row.get("model") or row.get("id") or "row").strip(),
                 n_layers=fields["n_layers"], hidden=fields["hidden"],
                 ffn_hidden=fields["ffn_hidden"], n_heads=heads or 0, n_kv_heads=kv or 0,
@@ -121,10 +123,12 @@ def _row_moe(row: Mapping[str, str], base: TransformerSpec | None) -> MoESpec | 
     experts = _int(row, "moe_experts")
     if experts is None:
         return base.moe if base else None
-    counts = dict(experts=experts, top_k=_int(row, "moe_topk", 1),
-                  expert_ffn_hidden=_int(row, "moe_ffn_hidden", _int(row, "ffn_hidden")),
-                  shared_experts=_int(row, "moe_shared_experts", 0),
-                  dense_layers=_int(row, "moe_dense_layers", 0))
+    pm = base.moe if base else None             # a named preset's counts fill empty cells
+    counts = dict(experts=experts, top_k=_int(row, "moe_topk", pm.top_k if pm else 1),
+                  expert_ffn_hidden=_int(row, "moe_ffn_hidden",
+                                         pm.expert_ffn_hidden if pm else _int(row, "ffn_hidden")),
+                  shared_experts=_int(row, "moe_shared_experts", pm.shared_experts if pm else 0),
+                  dense_layers=_int(row, "moe_dense_layers", pm.dense_layers if pm else 0))
     # a named preset keeps its router (score function, groups, expert bias) and layer pattern
     return replace(base.moe, **counts) if base and base.moe else MoESpec(**counts)
 

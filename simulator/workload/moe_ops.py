@@ -48,9 +48,9 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     Each rank routes its own tokens (the SP shard, 1/tp of them, when TP > 1): router GEMM
     (16-bit even in FP8 runs: a plain linear outside Transformer Engine), fp32 softmax and
     top-k, then a permutation copy grouping its token-expert pairs by destination. The
-    all-to-all sends them over the EP group; the receiving rank sorts the chunks by local
-    expert when it holds more than one (``sort_chunks_by_idxs``), all-gathers them over TP
-    (expert weights are TP-sharded), runs the experts as one grouped GEMM (``batch`` =
+    all-to-all sends them over the EP group; the receiving rank all-gathers them over TP
+    (expert weights are TP-sharded), sorts the chunks by local expert when it holds more
+    than one (``sort_chunks_by_idxs``), runs the experts as one grouped GEMM (``batch`` =
     local experts, ``grouped``), then undoes each step; the router probabilities travel in
     a second (fp32) all-to-all and scale the experts' activation (weighted SwiGLU), and the
     unpermute sums the top-k copies. The busiest rank sets every step after the
@@ -73,15 +73,44 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
            _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
     if sh.ep > 1:
         ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab))
-        # the router probabilities travel with the tokens (fp32, a second all-to-all: they
-        # are applied inside the experts' activation, token_dispatcher.py @ d98e8a64 l.718)
-        ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * 4.0))
-        if local > 1:
-            ops.append(_copy_both_ways("moe_sort_chunks", recv * h, sh))
-    group_rows = recv * sh.tp                    # gathered over TP
-    if sh.tp > 1:
+        # the router probabilities travel with the tokens in a second all-to-all (in the
+        # router's dtype: bf16 unless --moe-router-dtype; token_dispatcher.py @ d98e8a64
+        # l.718) and are applied inside the experts' activation
+        ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * ab))
+    group_rows = recv * sh.tp                    # gathered over TP (expert TP = TP)
+    if sh.tp > 1:                                # tokens and probabilities, l.741-751
         ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
                          "experts_fc1"))
+        ops.append(_comm("ep_tp_allgather_probs", Collective.ALL_GATHER, "tp",
+                         group_rows * ab))
+    ops += _local_expert_ops(m, sh, group_rows, local)
+    if sh.tp > 1:
+        ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
+                         group_rows * h * ab, "experts_fc2"))
+    if sh.ep > 1:
+        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
+    # the combine scatter-adds the top-k expert outputs of each token; its backward is the
+    # matching gather, the same bytes. Kept for backward: the expert outputs and the fp32
+    # probabilities, as an implementation that weights at the combine keeps them (Megatron
+    # before the weighted activation, eager MoE code, calibrate/memcheck_model.py).
+    # Megatron-Core @ d98e8a64 weights inside the SwiGLU and unpermutes without them
+    # (token_dispatcher.py l.891, experts.py l.943-977), keeping only the probabilities:
+    # routed x h x 2 B per MoE layer less than counted here (not modelled per framework)
+    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=routed * h * ab + routed * 4)
+    ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
+    return ops + _shared_expert_ops(m, sh, t_loc)
+
+
+def _local_expert_ops(m: TransformerSpec, sh: LayerShape, group_rows: float,
+                      local: int) -> list[Op]:
+    """The gathered rows through this rank's experts: regrouped by local expert, padded
+    for FP8, one grouped GEMM, and back."""
+    h, ops = m.hidden, []
+    # rows from several ranks are regrouped by local expert after the gather
+    # (sort_chunks_by_idxs in dispatch_postprocess), and back before the reduce-scatter
+    sort = local > 1 and (sh.ep > 1 or sh.tp > 1)
+    if sort:
+        ops.append(_copy_both_ways("moe_sort_chunks", group_rows * h, sh))
     # FP8 grouped GEMMs need each expert's rows padded to the recipe's alignment: the
     # all-to-all dispatcher's tokens are copied into padded segments before fc1 and copied
     # back out after fc2 (TEGroupedMLP quantization_padding / _unpadding, experts.py @
@@ -89,24 +118,13 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     fp8_pad = sh.dtype == "fp8"
     if fp8_pad:
         ops.append(_copy_both_ways("moe_fp8_pad", group_rows * h, sh))
-    ops += mlp_ops(m, sh, ffn=moe.expert_ffn_hidden, name="experts", tokens=int(group_rows),
+    ops += mlp_ops(m, sh, ffn=m.moe.expert_ffn_hidden, name="experts", tokens=int(group_rows),
                    groups=local)
     if fp8_pad:
         ops.append(_copy_both_ways("moe_fp8_unpad", group_rows * h, sh))
-    if sh.tp > 1:
-        ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
-                         group_rows * h * ab, "experts_fc2"))
-    if sh.ep > 1:
-        if local > 1:
-            ops.append(_copy_both_ways("moe_unsort_chunks", recv * h, sh))
-        ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
-    # the combine scatter-adds the top-k expert outputs of each token without the
-    # probabilities (unpermute(..., probs=None), token_dispatcher.py @ d98e8a64 l.891): its
-    # backward is the matching gather, the same bytes; the probabilities (fp32) are kept by
-    # the weighted activation, whose input is already saved (experts.py l.943-977)
-    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=routed * 4)
-    ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
-    return ops + _shared_expert_ops(m, sh, t_loc)
+    if sort:
+        ops.append(_copy_both_ways("moe_unsort_chunks", group_rows * h, sh))
+    return ops
 
 
 def _shared_expert_ops(m: TransformerSpec, sh: LayerShape, t_loc: int) -> list[Op]:

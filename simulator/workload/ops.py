@@ -83,9 +83,11 @@ def mla_projection_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
                  saved=T * a.kv_lora_rank * ab, kind="norm"),
             _gemm("kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, sh,
                   saved=T * a.kv_lora_rank * ab, saved_out=qkv_out)]
-    # RoPE on the decoupled parts, then Q and K assembled per head (nope + rope parts
-    # concatenated, the shared rope key expanded over heads): Megatron-Core's MLA
-    # materialises both (multi_latent_attention.py @ d98e8a64 l.944-975)
+    # RoPE on the decoupled parts and Q and K assembled per head (nope + rope parts, the
+    # shared rope key expanded over heads): Megatron-Core's default fused kernels
+    # (fused_apply_mla_rope_for_q / _kv, multi_latent_attention.py @ d98e8a64 l.887-911)
+    # write both, ~704 elements per head per token against the 2 x 2 x 192 counted here
+    # (the unfused path, l.944-975, moves ~1152)
     return ops + [_rope(T * heads * 2 * qk, sh, "mla_rope_qk_assemble")]
 
 

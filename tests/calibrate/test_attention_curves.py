@@ -67,15 +67,25 @@ def test_fwd_and_bwd_curves_reproduce_the_separate_fwd_plus_bwd_sweep():
     assert mape(pairs) < 10.0
 
 
-def test_blackwell_causal_cudnn_rows_are_predicted_without_a_fit():
-    """attention_blackwell.csv causal cuDNN rows (not fitted): B200 non-causal curve + the
-    A100-fitted causal factor."""
+def test_blackwell_causal_cudnn_rows_and_their_own_factor():
+    """attention_blackwell.csv causal cuDNN rows (lines 27-31, head dim 64): the B200 cuDNN
+    forward curve, held fixed, gets its own causal factor from them (in-sample, within 7 %:
+    the curve's shape, not the factor, leaves over at 1k and under at 16k); the A100-fitted
+    shared factor, never fitted to them, did a little worse (the held-out check it had)."""
     prof = hardware_db.load_profile("b200")
     pts = sweep(BLACKWELL, "B200", "cudnn", "fwd", causal=True).points
     pairs = [(prof.attn_eff("bf16", False, "flash3", p.seq, p.head_dim, True), p.eff)
              for p in pts]
     assert len(pairs) == 5
-    assert mape(pairs) < 12.0
+    assert mape(pairs) < 7.0
+    c = prof.attention.curves["flash3:fwd"]
+    shared = prof.attention.__class__(
+        prof.attention.fwd_eff, prof.attention.bwd_eff,
+        {"flash3:fwd": type(c)(c.emax, c.s_half, None)}, REFS.causal,
+        prof.attention.causal_block_tokens)
+    with_shared = mape([(shared.curve_eff("flash3", False, p.seq, p.head_dim, True), p.eff)
+                        for p in pts])
+    assert mape(pairs) < with_shared < 12.0
 
 
 def test_fa2_on_blackwell_runs_at_about_15_percent_of_peak():

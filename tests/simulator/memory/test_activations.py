@@ -109,18 +109,17 @@ def test_fused_swiglu_saves_its_input_only():
     assert act(False) == 3 * S * 32768 * 2
 
 
-def test_moe_combine_keeps_only_the_probabilities():
-    """Megatron-Core @ d98e8a64 applies the routing probabilities inside the experts'
-    weighted SwiGLU (experts.py l.943-977, whose input is saved anyway) and unpermutes
-    without them (token_dispatcher.py l.891, probs=None): the scatter-add needs no saved
-    outputs; only the fp32 probabilities (routed pairs x 4 B) are kept for backward.
-    Its backward (a gather) moves the forward's bytes, not twice them."""
+def test_moe_combine_keeps_the_expert_outputs():
+    """An implementation that weights each expert output by its routing probability at the
+    combine keeps the outputs (routed tokens x h, 16-bit) and the probabilities (fp32) for
+    backward (eager MoE code; calibrate/memcheck_model.py measures it). The backward of the
+    combine (a gather) and of the chunk sorts (split + cat) move their forward bytes."""
     m = TransformerSpec("moe", 2, 1024, 4096, 16, 16, 32000, 2048, mlp="swiglu",
                         moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=1408))
     fwd = layer_ops(m, LayerShape(1, 2048, ep=2))
     combine = next(o for o in fwd if o.name == "moe_combine")
     routed = 2048 * 2
-    assert combine.saved_bytes == routed * 4
+    assert combine.saved_bytes == routed * 1024 * 2 + routed * 4
     bwd = {o.name: o for o in backward_ops(fwd)}
     for name in ("moe_combine", "moe_sort_chunks", "moe_unsort_chunks"):
         f = next(o for o in fwd if o.name == name)

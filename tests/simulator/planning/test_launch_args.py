@@ -38,6 +38,11 @@ CASES = {
                                          schedule="interleaved"), 64),
     "mixtral-8x7b-search": ("mixtral-8x7b", dict(dp=64, ep=8, micro_batch=1, global_batch=512,
                                                  zero_stage=3), 64),
+    "mixtral-8x7b-ep-cp": ("mixtral-8x7b", dict(tp=2, dp=4, cp=4, ep=8, micro_batch=1,
+                                                global_batch=512, sequence_parallel=True,
+                                                zero_stage=3), 32),
+    "mixtral-8x7b-ep-in-cp": ("mixtral-8x7b", dict(tp=1, dp=4, cp=4, ep=2, micro_batch=1,
+                                                   global_batch=512, zero_stage=3), 16),
     "mixtral-8x7b-ep": ("mixtral-8x7b", dict(tp=2, pp=4, dp=8, ep=8, micro_batch=1, global_batch=512,
                                              sequence_parallel=True, zero_stage=1), 64),
     "deepseek-v3-search": ("deepseek-v3", dict(dp=1024, ep=8, micro_batch=4, global_batch=4096,
@@ -252,7 +257,9 @@ def test_fsdp2_sketch_honours_pp_and_ep(name):
     assert len(sizes) == len(names) and eval("*".join(map(str, sizes))) == n  # noqa: S307
     assert dict(zip(names, sizes))["pp"] == p.pp and dict(zip(names, sizes))["tp"] == p.tp
     if p.ep > 1:
-        assert dict(zip(names, sizes))["ep"] == p.ep and 'mesh["ep"]' in src
+        d = dict(zip(names, sizes))
+        ep = d["ep"] if "ep" in d else d["ep_mod_cp"] * d["cp"]
+        assert ep == p.ep and "ep_mesh" in src and "edp_mesh" in src
     assert "PipelineStage(" in src and "fully_shard(" in src
     bounds = ast.literal_eval(next(n_.value for n_ in ast.walk(tree) if isinstance(n_, ast.Assign)
                                    and ast.unparse(n_.targets[0]) == "bounds"))
@@ -292,3 +299,23 @@ def test_split_backward_schedules_launch_what_the_frameworks_have(schedule):
     torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     assert torch_schedules.get_schedule_class(name).__name__ == f"Schedule{name}"
     assert f"Schedule{name}" in la.fsdp_sketch
+
+
+def test_fsdp2_sketch_places_ep_like_megatron_under_cp():
+    """EP groups are consecutive ranks of the DP x CP block one TP block apart (Megatron's
+    expert grid, cp=1): the sketch's mesh makes the flattened EP dims exactly those ranks."""
+    import numpy as np
+    from simulator.planning.launch_frameworks import _mesh
+    from simulator.parallel.placement import group_strides
+    for kw in (dict(tp=2, dp=4, cp=4, ep=8), dict(tp=1, dp=4, cp=4, ep=2),
+               dict(tp=2, dp=8, cp=1, ep=4)):
+        p = Plan(**kw)
+        names, sizes = _mesh(p)
+        ranks = np.arange(int(np.prod(sizes))).reshape(sizes)     # row-major = rank order
+        ep_dims = [i for i, n in enumerate(names) if n in ("ep", "ep_mod_cp")
+                   or (n == "cp" and "ep_mod_cp" in names)]
+        rest = [i for i in range(len(names)) if i not in ep_dims]
+        groups = ranks.transpose(rest + ep_dims).reshape(-1, p.ep)
+        size, stride = group_strides(p)["ep"]
+        assert size == p.ep
+        assert (groups[0] == np.arange(p.ep) * stride).all(), kw

@@ -175,12 +175,21 @@ def test_moe_layer_ops_as_the_alltoall_dispatcher_runs_them():
     assert ops["ep_combine"].comm_bytes == ops["ep_dispatch"].comm_bytes
     # the fp32 routing probabilities travel in their own all-to-all (token_dispatcher.py
     # @ d98e8a64 l.718), one per received token-expert pair
-    assert ops["ep_dispatch_probs"].comm_bytes == pytest.approx(routed * ratio * 4)
+    assert ops["ep_dispatch_probs"].comm_bytes == pytest.approx(routed * ratio * 2)
+    # after the TP gather (tokens and probabilities) the rows are sorted by local expert
+    assert ops["ep_tp_allgather_probs"].comm_bytes == pytest.approx(routed * ratio * tp * 2)
+    names = list(ops)
+    assert names.index("ep_tp_allgather") < names.index("moe_sort_chunks") \
+        < names.index("experts_fc1") < names.index("moe_unsort_chunks") \
+        < names.index("ep_tp_reducescatter")
+    assert ops["moe_sort_chunks"].bytes_moved == pytest.approx(2 * routed * ratio * tp * 2048 * 2)
     assert "moe_sort_chunks" in ops and "moe_unsort_chunks" in ops   # 16 local experts
     # FP8: expert rows copied into aligned segments and back (bf16 activations)
     pad_elems = routed * ratio * tp * 2048
+    back = {o.name: o for o in backward_ops(list(ops.values()))}
     for name in ("moe_fp8_pad", "moe_fp8_unpad"):
         assert ops[name].bytes_moved == pytest.approx(2 * pad_elems * 2)
+        assert back[name + "_bwd"].bytes_moved == ops[name].bytes_moved   # one copy back
     bf16 = {o.name for o in layer_ops(MOE, LayerShape(b, s, tp=tp, ep=ep,
                                                       sequence_parallel=True), layer=1)}
     assert "moe_fp8_pad" not in bf16
@@ -280,3 +289,33 @@ def test_published_rows_naming_an_moe_preset_keep_its_architecture():
     assert m.moe.router_groups == base.moe.router_groups
     assert (m.moe.experts, m.moe.top_k, m.moe.dense_layers) == (256, 8, 3)
     assert m.seq_len == 4096
+
+
+def test_empty_moe_cells_of_a_named_preset_keep_the_preset_counts():
+    """Only experts and top-k given: shared experts, dense layers and the expert width stay
+    DeepSeek-V3's (a bare MoESpec would give 0 / 0 / the dense width: 6 T parameters)."""
+    from simulator.validation.predict import row_model
+    from simulator.workload import get_preset
+    base = get_preset("deepseek-v3")
+    m = row_model({"model": "deepseek-v3", "moe_experts": "256", "moe_topk": "8",
+                   "ffn_hidden": str(base.ffn_hidden)})
+    assert m.moe.shared_experts == base.moe.shared_experts
+    assert m.moe.dense_layers == base.moe.dense_layers
+    assert m.moe.expert_ffn_hidden == base.moe.expert_ffn_hidden
+    assert abs(m.total_params() / base.total_params() - 1) < 1e-9
+    # MLA keeps its value-head width when the row changes the head count
+    m2 = row_model({"model": "deepseek-v3", "n_heads": "64", "n_kv_heads": "64"})
+    assert m2.head_dim == base.head_dim and m2.q_dim == 64 * base.head_dim
+
+
+def test_mla_assembles_q_and_k_per_head_once_each_way():
+    from simulator.workload import get_preset
+    m = get_preset("deepseek-v3")
+    sh = LayerShape(1, 4096, tp=8)
+    ops = {o.name: o for o in layer_ops(m, sh, layer=5)}
+    heads, qk = m.n_heads // 8, m.mla.qk_head_dim
+    op = ops["mla_rope_qk_assemble"]
+    assert op.bytes_moved == 2 * (4096 * heads * 2 * qk) * 2 and op.saved_bytes == 0
+    back = {o.name: o for o in backward_ops(list(ops.values()))}
+    assert back["mla_rope_qk_assemble_bwd"].bytes_moved == op.bytes_moved
+    assert "rope" not in ops                                 # MLA has its own
