@@ -12,6 +12,7 @@ from ..workload.ops import (
     head_ops,
     layer_ops,
     loss_transient_bytes,
+    ring_forward_transient_bytes,
 )
 from ..workload.spec import TransformerSpec
 from .accounting import (
@@ -55,8 +56,11 @@ def layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
     set, what it keeps from B to W when the backward is split)."""
     fwd = layer_ops(model, sh, first_of_kind(model, kind))
     input_bytes = _tokens_per_rank(model, sh) * model.hidden * sh.act_bytes
+    # the working set: the layer's backward, or (context parallelism) the ring buffers its
+    # forward holds, again when recompute re-runs that forward
     return (layer_activation_bytes(fwd, recompute, input_bytes),
-            layer_transient_bytes(fwd, recompute, sh.act_bytes),
+            max(layer_transient_bytes(fwd, recompute, sh.act_bytes),
+                ring_forward_transient_bytes(model, sh)),
             wgrad_hold_bytes(fwd, sh.act_bytes))
 
 
@@ -112,6 +116,12 @@ def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape,
         params, dense, linear, act = params + n * p, dense + n * d, linear + n * lin, act + n * a
         hold += n * w
         transient, biggest = max(transient, t), max(biggest, p)
+    if last and model.mtp_layers:                    # MTP modules sit after the last layer
+        p, d, lin = rank_layer_params(model, plan, model.n_layers - 1)
+        extra = 2 * model.hidden ** 2 / plan.tp + 2 * model.hidden     # projection, norms
+        n = model.mtp_layers
+        params, dense, linear = params + n * (p + extra), dense + n * (d + extra), \
+            linear + n * (lin + extra)
     saved, head, loss = edge_memory(model, sh, first, last)
     return ChunkMemory(params=params, dense_params=dense, linear_params=linear, edge_params=edge,
                        max_layer_params=biggest, act_bytes=act + saved,

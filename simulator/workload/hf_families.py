@@ -141,6 +141,8 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         out["qk_norm"] = True
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True
+        # DeepSeek-V3's multi-token-prediction modules (config num_nextn_predict_layers)
+        out["mtp_layers"] = int(cfg.get("num_nextn_predict_layers") or 0)
     if mt in GEMMA:                              # pre/post feed-forward (sandwich) norms
         out["extra_norm_params"] += 2 * hidden
     return out

@@ -206,6 +206,18 @@ def _attn_call(name: str, sh: LayerShape, b: int, widths: tuple[int, int, int], 
               kernel=sh.attention_kernel, recomputed=True, causal=causal)
 
 
+def ring_forward_transient_bytes(m: TransformerSpec, sh: LayerShape) -> float:
+    """What Transformer Engine's P2P ring holds until one layer's attention forward ends:
+    every KV block it receives (``p2p_comm_buffers``, one ``torch.empty_like`` per step, none
+    released inside the loop) and every step's output (``out_per_step``), i.e. the whole
+    sequence's K, V and attention output for this rank's heads, independent of the CP
+    degree (TE context_parallel.py, AttnFuncWithCPAndKVP2P.forward). 0 without the ring."""
+    if sh.cp <= 1 or sh.cp_comm == "all_gather" or not sh.flash:
+        return 0.0
+    heads, _, d_v, kv_w = _attn_widths(m, sh)
+    return float(sh.micro_batch * m.seq_len * (kv_w + heads * d_v) * sh.act_bytes)
+
+
 def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes: float,
                        out_saved: float) -> list[Op]:
     """Context parallelism as Transformer Engine's P2P ring (``AttnFuncWithCPAndKVP2P``,
@@ -334,7 +346,33 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
                   dtype=sh.dtype, saved_bytes=saved,
                   kernels=ce.kernels, bwd_bytes=ce.bwd_bytes_per_logit * elems,
                   mem_kind="softmax"))
-    return ops
+    return ops + mtp_ops(m, sh, ops[1:])
+
+
+def mtp_ops(m: TransformerSpec, sh: LayerShape, head: list[Op]) -> list[Op]:
+    """DeepSeek-V3's multi-token-prediction modules (``TransformerSpec.mtp_layers``), each
+    after the main head on the last stage: RMSNorm of the hidden state and of the next
+    token's embedding (a lookup in the shared table), the 2h -> h projection of their
+    concatenation, one decoder layer of the last layer's kind, the shared final norm, output
+    layer and loss again (``head``: the main head's ops after its final norm). Megatron-Core
+    ``multi_token_prediction.py``; names prefixed ``mtp<i>_``."""
+    T, Ts = _tokens(m, sh)
+    h, ab = m.hidden, sh.act_bytes
+    out: list[Op] = []
+    for d in range(m.mtp_layers):
+        pre = f"mtp{d}_"
+        block = [replace(_mem("embedding", Ts * h, Ts * h, sh, kind="copy"),
+                         bwd_bytes=2 * Ts * h * ab),
+                 _mem("norms", 2 * Ts * h, 2 * Ts * h, sh, saved=2 * Ts * h * ab, kind="norm"),
+                 # column-parallel over TP (Megatron's eh_proj), the gather not priced
+                 _gemm("proj", T, h // sh.tp, 2 * h, sh, saved=2 * Ts * h * ab)]
+        block += layer_ops(m, sh, m.n_layers - 1)
+        block.append(_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
+        block += head
+        out += [replace(o, name=pre + o.name,
+                        overlaps_with=pre + o.overlaps_with if o.overlaps_with else "")
+                for o in block]
+    return out
 
 
 def logit_bytes(sh: LayerShape) -> int:

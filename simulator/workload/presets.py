@@ -117,13 +117,16 @@ def _moe_deepseek_oss() -> list[TransformerSpec]:
                         dense_layers=3, router_score="sigmoid", router_expert_bias=True,
                         router_topk_scale=2.5, router_groups=8, router_group_topk=4),
             mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                        v_head_dim=128, q_lora_rank=1536), qk_norm=True, **_LLAMA_STYLE,
+                        v_head_dim=128, q_lora_rank=1536), qk_norm=True, mtp_layers=1,
+            **_LLAMA_STYLE,
             source="deepseek-ai/DeepSeek-V3 config.json; DeepSeek-AI 2024 (DeepSeek-V3 "
                    "Technical Report, arXiv:2412.19437) Sec. 4.2: MLA (q_lora 1536, kv_lora "
                    "512, qk 128+64, v 128), 256 routed + 1 shared experts, first 3 layers "
                    "dense, sigmoid router with expert bias (aux-loss-free), routed scaling 2.5, "
                    "8 groups / top-4; pretrain seq 4096; 671B total / 37B active, the MTP "
-                   "module (14B) excluded as in the 671B figure"),
+                   "module excluded from total_params as in the 671B figure (Sec. 2.2: one "
+                   "MTP module, D = 1, trained with the model; its 14B include embedding "
+                   "and head copies shared in training) and counted in memory and work"),
         TransformerSpec(
             "deepseek-v2", n_layers=60, hidden=5120, ffn_hidden=12288, n_heads=128,
             n_kv_heads=128, head_dim=128, vocab=102400, seq_len=4096, mlp=MLP.SWIGLU,

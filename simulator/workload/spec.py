@@ -133,6 +133,10 @@ class TransformerSpec:
     the value head width). ``window`` > 0 makes layers local (sliding-window attention
     over the last ``window`` positions) except every ``global_every``-th one (layer ``i``
     is global when ``(i + 1) % global_every == 0``; 0: no global layers).
+    ``mtp_layers`` > 0 adds DeepSeek-V3's multi-token-prediction modules after the last
+    layer (Megatron-Core ``--mtp-num-layers``): each normalises the hidden state and the
+    next token's embedding, projects their concatenation 2h -> h, runs one more decoder
+    layer and a second pass of the shared output layer and loss, on the last stage.
     ``extra_norm_params`` counts per-layer norm weights beyond the two hidden-size norms
     (Gemma's sandwich norms, Qwen3's QK-norm). ``norm``, ``position``, the biases and
     the soft caps change no FLOPs here; launch arguments and ``describe`` need them.
@@ -162,6 +166,7 @@ class TransformerSpec:
     extra_norm_params: int = 0
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
+    mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3: 1)
 
     def __post_init__(self) -> None:
         for f, hi in _SIZE_LIMITS:
@@ -183,7 +188,7 @@ class TransformerSpec:
                     object.__setattr__(self, f, enum(v))
                 except ValueError:
                     raise InvalidInputError(f, v, valid) from None
-        for f in ("window", "global_every", "extra_norm_params"):
+        for f in ("window", "global_every", "extra_norm_params", "mtp_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InvalidInputError(f, v, "an integer >= 0")
@@ -249,6 +254,14 @@ class TransformerSpec:
         experts = (m.experts + m.shared_experts) * self.dense_mlp_params(m.expert_ffn_hidden)
         router = self.hidden * m.experts
         return self.attention_params() + experts + router + norms
+
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction modules, beyond the shared embedding and
+        output layer: per module one decoder layer (the last layer's kind), two norms and
+        the 2h -> h projection. Not in ``total_params`` (DeepSeek-V3's 671B excludes its
+        MTP module); memory and work count them."""
+        per = self.layer_params(self.n_layers - 1) + 2 * self.hidden + 2 * self.hidden ** 2
+        return self.mtp_layers * per
 
     def embedding_params(self) -> int:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)

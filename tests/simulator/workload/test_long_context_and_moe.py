@@ -319,3 +319,77 @@ def test_mla_assembles_q_and_k_per_head_once_each_way():
     back = {o.name: o for o in backward_ops(list(ops.values()))}
     assert back["mla_rope_qk_assemble_bwd"].bytes_moved == op.bytes_moved
     assert "rope" not in ops                                 # MLA has its own
+
+
+def test_ring_forward_holds_every_kv_block_and_step_output():
+    """TE's P2P ring keeps all received KV blocks and per-step outputs until the forward
+    ends: the whole sequence's K, V and output of this rank's heads, whatever the CP degree
+    (llama3-8b at 512k tokens, TP2: 3.2 GB, as TE's buffers add up); the layer's working
+    set in the memory model is at least that."""
+    import dataclasses
+    from simulator.memory.chunk import layer_memory
+    from simulator.parallel.plan import Recompute
+    from simulator.workload import get_preset
+    from simulator.workload.ops import ring_forward_transient_bytes
+    m = dataclasses.replace(get_preset("llama3-8b"), seq_len=524288)
+    want = 524288 * (2 * 1024 // 2 + 4096 // 2) * 2
+    for cp in (8, 32):
+        sh = LayerShape(1, m.seq_len, tp=2, cp=cp, flash=True, sequence_parallel=True)
+        assert ring_forward_transient_bytes(m, sh) == want
+        assert layer_memory(m, sh, Recompute.FULL, (False, False))[1] >= want
+    assert ring_forward_transient_bytes(m, LayerShape(1, m.seq_len, tp=2, cp=8, flash=True,
+                                                      cp_comm="all_gather")) == 0
+    assert abs(want / 1e9 - 3.2) < 0.05
+
+
+# ---- DeepSeek-V3's multi-token prediction ------------------------------------------------------
+def test_mtp_module_is_one_more_layer_a_projection_and_a_second_head():
+    """DeepSeek-V3 trains one MTP module (report Sec. 2.2, config num_nextn_predict_layers
+    = 1): on the last stage, after the main head, one more decoder layer (the last layer's
+    kind, MoE), a 2h -> h projection and the shared output layer and loss again."""
+    import dataclasses
+    from simulator.workload import get_preset
+    from simulator.workload.ops import head_ops
+    m = get_preset("deepseek-v3")
+    assert m.mtp_layers == 1
+    sh = LayerShape(1, 4096, tp=1, ep=8)
+    head = head_ops(m, sh)
+    plain = head_ops(dataclasses.replace(m, mtp_layers=0), sh)
+    mtp = [o for o in head if o.name.startswith("mtp0_")]
+    assert len(head) == len(plain) + len(mtp) and all(o.name.startswith("mtp0_") for o in
+                                                       head[len(plain):])
+    flops = lambda ops: sum(o.model_flops for o in ops)
+    layer = flops(layer_ops(m, sh, m.n_layers - 1))
+    logits = next(o for o in plain if o.name == "logits").model_flops
+    proj = 2 * 4096 * m.hidden * 2 * m.hidden
+    assert flops(mtp) == pytest.approx(layer + logits + proj, rel=1e-9)
+    names = {o.name for o in mtp}
+    assert all(not o.overlaps_with or o.overlaps_with in names for o in mtp)
+
+
+def test_mtp_parameters_and_their_memory_on_the_last_stage():
+    """One MoE layer, two norms and the 2h x h projection: ~11.6B for DeepSeek-V3 (its
+    reported 14B MTP module also counts embedding and head copies that training shares);
+    not in total_params (the 671B figure), but in the last stage's memory."""
+    from simulator.memory.chunk import chunk_memory
+    from simulator.parallel.plan import Plan
+    from simulator.workload import get_preset
+    import dataclasses
+    m = get_preset("deepseek-v3")
+    assert 11.0e9 < m.mtp_params() < 12.5e9
+    plan = Plan(pp=2, dp=8, ep=8)
+    sh = LayerShape(1, 4096, ep=8)
+    last = chunk_memory(m, plan, sh, list(range(31, 61)), False, True)
+    bare = chunk_memory(dataclasses.replace(m, mtp_layers=0), plan, sh, list(range(31, 61)),
+                        False, True)
+    routed = m.moe.experts * m.dense_mlp_params(m.moe.expert_ffn_hidden)
+    want = m.mtp_params() - routed + routed / 8
+    assert last.params - bare.params == pytest.approx(want, rel=1e-9)
+    assert last.act_bytes > bare.act_bytes
+
+
+def test_hf_config_reads_the_mtp_depth():
+    from pathlib import Path
+    from simulator.workload.hf import from_hf_config
+    hf = Path(__file__).parent / "data" / "hf" / "deepseek-v3.json"
+    assert from_hf_config(hf).mtp_layers == 1
