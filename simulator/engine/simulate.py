@@ -9,6 +9,7 @@ import time
 
 from ..boundary.limits import check_event_slots
 from ..errors import InvalidInputError
+from ..frameworks.defaults import schedule_note
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import StageMemory
@@ -75,6 +76,9 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     step += profile.step_overhead_s.value
     res = _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
                   time.perf_counter() - t0, timeline if keep_timeline else [])
+    note = schedule_note(plan.memory.framework, plan.schedule.value)
+    if note:
+        res.notes.append(note)
     return with_link_use(res, stages[crit], model, plan, cluster, profile, groups)
 
 

@@ -153,6 +153,16 @@ def _load() -> tuple[dict[str, FrameworkDefaults], FrameworkDefaults, Convention
 
 FRAMEWORKS, DEFAULT_FRAMEWORK, CONVENTIONS = _load()
 ALIASES, MEMORY = _load_memory()
+SCHEDULES_MISSING: dict[str, dict[str, str]] = {
+    k: dict(v) for k, v in _public(json.loads(DATA.read_text())["schedules_missing"]).items()}
+
+
+def schedule_note(framework: str, schedule: str) -> str | None:
+    """Why ``framework`` does not run ``schedule`` (``frameworks.json`` "schedules_missing"),
+    or None when it does or nothing is recorded."""
+    why = SCHEDULES_MISSING.get(canonical_framework(framework), {}).get(schedule)
+    return f"{canonical_framework(framework)} does not implement schedule {schedule}: {why}" \
+        if why else None
 
 
 def canonical_framework(name: str) -> str:

@@ -71,5 +71,6 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
             f"{_fmt_bytes(s.activations_bytes):>11s} {_fmt_bytes(s.workspace_bytes):>10s} "
             f"{_fmt_bytes(s.peak_memory_bytes):>10s}")
     lines += _memory_notes(r, plan)
+    lines += [f"note: {n}" for n in r.notes]
     lines.append(f"\nsimulated in {r.sim_wall_s * 1e3:.0f} ms ({r.engine} engine)")
     return "\n".join(lines)

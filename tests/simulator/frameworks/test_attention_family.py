@@ -62,3 +62,24 @@ def test_launch_args_say_megatron_has_no_flash_attention_1_backend():
     assert "--attention-backend flash" in fa2.megatron
     assert any("FlashAttention-1" in n for n in fa1.notes)
     assert not any("FlashAttention-1" in n for n in fa2.notes)
+
+
+def test_a_schedule_the_framework_lacks_is_priced_but_noted():
+    """Megatron-Core @ d98e8a64 has no DualPipe (frameworks.json "schedules_missing"):
+    a megatron-core plan with DualPipe is priced as DeepSeek runs it, with a note saying so;
+    1F1B carries no such note."""
+    import hardware_db
+    from simulator.api.catalog import make_cluster
+    from simulator.engine.simulate import simulate
+    from simulator.parallel.framework_plan import with_framework
+    from simulator.parallel.plan import Plan, Schedule
+    from simulator.workload import get_preset
+    m = get_preset("llama3-8b")
+    cl = make_cluster("h100-sxm", 16)
+    prof = hardware_db.load_profile("h100-sxm")
+    base = dict(pp=4, dp=4, micro_batch=1, global_batch=64)
+    dual = simulate(m, with_framework(Plan(schedule=Schedule.DUALPIPE, vpp=2, **base),
+                                      "megatron-core"), cl, prof)
+    assert any("does not implement schedule dualpipe" in n for n in dual.notes)
+    plain = simulate(m, with_framework(Plan(**base), "megatron-core"), cl, prof)
+    assert not any("does not implement" in n for n in plain.notes)
