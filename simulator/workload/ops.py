@@ -258,8 +258,12 @@ def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes
         if i > 0:
             # read the step's 16-bit output, read + write the fp32 accumulator; backward adds
             # the step's dQ and dKV into the running ones (TE dq.add_, dkv.add_: read both,
-            # write one, in the activation dtype)
-            q_kv = b * s_loc * (heads * d_qk + kv_w)
+            # write one, in the activation dtype). Causal steps touch half of one of them:
+            # ranks that used half the KV add half of dKV, those that used half the queries
+            # half of dQ; the ring waits for the larger of the two
+            q_w = heads * d_qk
+            q_kv = b * s_loc * ((q_w + kv_w - min(q_w, kv_w) / 2) if sh.causal
+                                else (q_w + kv_w))
             ops.append(replace(_mem(f"core_attn_cp{i}_correction",
                                     b * s_loc * heads * d_v * (2 + 4), b * s_loc * heads * d_v * 4,
                                     sh, recomputed=True, elem_bytes=1),

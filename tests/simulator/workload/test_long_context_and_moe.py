@@ -85,16 +85,18 @@ def test_ring_step_costs_the_slower_of_kernel_and_transfer():
 def test_ring_backward_correction_adds_dq_and_dkv_once():
     """Backward of each ring step's correction: TE adds the step's dQ and dKV into the
     running ones (read both, write one, 16-bit): 3 x 2 B per Q and KV element, not twice
-    the forward's fp32 output-correction bytes."""
+    the forward's fp32 output-correction bytes. Causal steps add half of the smaller one
+    (half the KV, or half the queries, on each rank; the ring waits for the larger)."""
     cp, b, s = 8, 1, L7B.seq_len
-    fwd = layer_ops(L7B, LayerShape(b, s, cp=cp, flash=True))
     s_loc = s // cp
-    q_kv = b * s_loc * (L7B.q_dim + 2 * L7B.kv_dim)          # dQ; dK and dV
-    bwd = {o.name: o for o in backward_ops(fwd)}
-    corr = [o for o in fwd if o.name.endswith("_correction")]
-    assert len(corr) == cp - 1
-    for o in corr:
-        assert bwd[o.name + "_bwd"].bytes_moved == pytest.approx(6.0 * q_kv)
+    q, kv = L7B.q_dim, 2 * L7B.kv_dim                         # dQ; dK and dV
+    for causal, want in ((False, q + kv), (True, q + kv - min(q, kv) / 2)):
+        fwd = layer_ops(L7B, LayerShape(b, s, cp=cp, flash=True, causal=causal))
+        bwd = {o.name: o for o in backward_ops(fwd)}
+        corr = [o for o in fwd if o.name.endswith("_correction")]
+        assert len(corr) == cp - 1
+        for o in corr:
+            assert bwd[o.name + "_bwd"].bytes_moved == pytest.approx(6.0 * b * s_loc * want)
 
 
 def test_recomputed_ring_transfer_hides_behind_the_recomputed_step():
