@@ -126,7 +126,8 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       flash=plan.attention != AttentionImpl.MATERIALIZED,
                       attention_kernel=plan.attention.value,
                       dropout=plan.memory.dropout, loss=plan.memory.loss.value,
-                      fused_swiglu=plan.memory.fused_swiglu)
+                      fused_swiglu=plan.memory.fused_swiglu,
+                      moe_weighted_activation=plan.memory.moe_weighted_activation)
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:

@@ -106,6 +106,7 @@ class FrameworkMemory:
     fsdp_pp_once_per_step: bool = False      # with PP, FSDP gathers / reduces once per step
     optimizer_offload: bool = False
     fp8_primary_weights: bool = False
+    moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),

@@ -90,13 +90,14 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     if sh.ep > 1:
         ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
     # the combine scatter-adds the top-k expert outputs of each token; its backward is the
-    # matching gather, the same bytes. Kept for backward: the expert outputs and the fp32
-    # probabilities, as an implementation that weights at the combine keeps them (Megatron
-    # before the weighted activation, eager MoE code, calibrate/memcheck_model.py).
-    # Megatron-Core @ d98e8a64 weights inside the SwiGLU and unpermutes without them
-    # (token_dispatcher.py l.891, experts.py l.943-977), keeping only the probabilities:
-    # routed x h x 2 B per MoE layer less than counted here (not modelled per framework)
-    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=routed * h * ab + routed * 4)
+    # matching gather, the same bytes. Kept for backward: where the combine weights the
+    # outputs by their probabilities (eager MoE code, calibrate/memcheck_model.py; Megatron
+    # before its weighted activation), the outputs and the fp32 probabilities; where the
+    # probabilities scale the experts' activation instead (LayerShape.
+    # moe_weighted_activation: Megatron-Core @ d98e8a64, token_dispatcher.py l.891,
+    # experts.py l.943-977), only the probabilities
+    kept = routed * 4 + (0.0 if sh.moe_weighted_activation else routed * h * ab)
+    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=kept)
     ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
     return ops + _shared_expert_ops(m, sh, t_loc)
 

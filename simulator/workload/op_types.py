@@ -74,6 +74,7 @@ class LayerShape:
     # (``frameworks.LOSS_BYTES``) and whether SwiGLU is one function saving its input
     loss: str = "megatron"
     fused_swiglu: bool = True
+    moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
 
     @property
     def act_bytes(self) -> int:

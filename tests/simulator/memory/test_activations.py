@@ -147,3 +147,22 @@ def test_stage_memory_is_state_plus_the_larger_phase():
     sm = stage_memory(0, [ch], plan)
     assert sm.total_bytes == pytest.approx(sm.state_bytes + max(
         sm.activations_bytes + sm.workspace_bytes, sm.optimizer_step_bytes))
+
+
+def test_megatron_core_moe_combine_keeps_only_the_probabilities():
+    """Megatron-Core @ d98e8a64 scales the experts' activation by the routing
+    probabilities and unpermutes without them (frameworks.json memory.megatron-core
+    moe_weighted_activation): its combine keeps the fp32 probabilities only, and the
+    stage's activation memory is smaller by the expert outputs than under the default."""
+    from simulator.engine.stage_work import layer_shape
+    from simulator.parallel.framework_plan import with_framework
+    m = TransformerSpec("moe", 2, 1024, 4096, 16, 16, 32000, 2048, mlp="swiglu",
+                        moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=1408))
+    base = Plan(dp=2, ep=2, global_batch=2)
+    mc = with_framework(base, "megatron-core")
+    assert mc.memory.moe_weighted_activation and not base.memory.moe_weighted_activation
+    comb = lambda p: next(o for o in layer_ops(m, layer_shape(m, p))
+                          if o.name == "moe_combine").saved_bytes
+    routed = 2048 * 2
+    assert comb(mc) == routed * 4
+    assert comb(base) == routed * 1024 * 2 + routed * 4
