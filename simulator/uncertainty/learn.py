@@ -148,17 +148,25 @@ class _Data:
                                      for x in (self.values[f][int(i)] for i in test)])
         return add
 
-    def loso_score(self, idx, h: Hyper, novelty: Novelty) -> float:
-        """Mean over left-out sources of the mean interval score of their rows, the novelty
-        of their unseen values included (the intervals the table would give them)."""
+    def folds(self, idx, novelty: Novelty) -> list[tuple[Any, Any, Any]]:
+        """(test, train, fixed variance) per left-out source of the rows ``idx``: what
+        does not depend on the hyperparameters (coefficient spread, novelty of the left-out
+        rows' unseen values), computed once per fit, not once per candidate."""
+        src = self.sources[idx]
+        out = []
+        for s in sorted(set(src.tolist())):
+            test, train = idx[src == s], idx[src != s]
+            out.append((test, train, self.c2[test] + self.unseen_var(train, test, novelty)))
+        return out
+
+    def loso_score(self, folds: list[tuple[Any, Any, Any]], h: Hyper) -> float:
+        """Mean over left-out sources (``folds``) of the mean interval score of their rows,
+        the novelty of their unseen values included (the intervals the table would give)."""
         import numpy as np
         z, alpha = z_of(LEVEL), 1.0 - LEVEL
         scores = []
-        src = self.sources[idx]
-        for s in sorted(set(src.tolist())):
-            test, train = idx[src == s], idx[src != s]
-            sig = np.sqrt(self.model_var(train, test, h) + self.c2[test]
-                          + self.unseen_var(train, test, novelty))
+        for test, train, fixed in folds:
+            sig = np.sqrt(self.model_var(train, test, h) + fixed)
             miss = np.maximum(0.0, np.abs(self.r[test]) - z * sig)
             scores.append(float(np.mean(2 * z * sig + (2.0 / alpha) * miss)))
         return sum(scores) / len(scores)
@@ -190,11 +198,12 @@ def _descend(data: _Data, idx, novelty: Novelty) -> tuple[Hyper, float]:
     h = START
     if len(set(data.sources[idx])) < 2:
         return h, float("nan")
-    best = data.loso_score(idx, h, novelty)
+    folds = data.folds(idx, novelty)
+    best = data.loso_score(folds, h)
     for _ in range(MAX_PASSES):
         improved = False
         for cand in _moves(h):
-            s = data.loso_score(idx, cand, novelty)
+            s = data.loso_score(folds, cand)
             if s < best - 1e-12:
                 h, best, improved = cand, s, True
         if not improved:

@@ -138,6 +138,7 @@ class ModelFormTable:
 
     @property
     def prior_var(self) -> float:
+        """The prior variance of the full fit's hyperparameters (``hyper``)."""
         return self.hyper.prior_scale ** 2 * pooled_excess_var(self.records)
 
     def novelty_var(self, feature: str) -> tuple[float, bool]:
@@ -154,8 +155,7 @@ class ModelFormTable:
                 out[f"{f}={x}"] = self.novelty_var(f)[0]
         return out
 
-    def _var(self, regime: Regime, h: Hyper) -> float:
-        pooled = pooled_excess_var(self.records)
+    def _var(self, regime: Regime, h: Hyper, pooled: float) -> float:
         k = h.prior_rows
         num, den = k * h.prior_scale ** 2 * pooled, k
         for r in self.records:
@@ -167,7 +167,8 @@ class ModelFormTable:
     def sigma_log(self, regime: Regime) -> float:
         """Model-form standard deviation of ln(step time) in ``regime``: the variance
         averaged over the ensemble, plus the novelty of values no record has."""
-        v = sum(self._var(regime, h) for h in self.hypers) / len(self.hypers)
+        pooled = pooled_excess_var(self.records)      # shared by every hyperparameter set
+        v = sum(self._var(regime, h, pooled) for h in self.hypers) / len(self.hypers)
         return math.sqrt(v + sum(self.unseen(regime).values()))
 
     # ---- JSON ----------------------------------------------------------------------------

@@ -36,8 +36,7 @@ def moe_load_factor(m: TransformerSpec, sh: LayerShape, routed: float) -> float:
 def _copy_both_ways(name: str, elems: float, sh: LayerShape) -> Op:
     """A chunk reorder (``torch.split`` + ``torch.cat``): one copy forward, and its backward
     (split's gradient is a cat) is one copy of the same bytes, not twice."""
-    op = _mem(name, elems, elems, sh, kind="copy")
-    return replace(op, bwd_bytes=op.bytes_moved)
+    return _mem(name, elems, elems, sh, kind="copy", bwd_same=True)
 
 
 def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
@@ -97,8 +96,7 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     # moe_weighted_activation: Megatron-Core @ d98e8a64, token_dispatcher.py l.891,
     # experts.py l.943-977), only the probabilities
     kept = routed * 4 + (0.0 if sh.moe_weighted_activation else routed * h * ab)
-    comb = _mem("moe_combine", routed * h, t_loc * h, sh, saved=kept)
-    ops.append(replace(comb, bwd_bytes=comb.bytes_moved))
+    ops.append(_mem("moe_combine", routed * h, t_loc * h, sh, saved=kept, bwd_same=True))
     return ops + _shared_expert_ops(m, sh, t_loc)
 
 

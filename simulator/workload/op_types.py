@@ -115,11 +115,15 @@ def with_fp8_casts(ops: list[Op]) -> list[Op]:
 
 def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
          saved: float = 0.0, recomputed: bool = False, kernels: int = 1,
-         elem_bytes: float | None = None, kind: str = "elementwise") -> Op:
+         elem_bytes: float | None = None, kind: str = "elementwise",
+         bwd_same: bool = False) -> Op:
+    """A bandwidth-bound op; its backward moves twice its bytes unless ``bwd_same`` (a
+    data movement whose gradient is the opposite movement: reorders, gathers, rotations)."""
     eb = sh.act_bytes if elem_bytes is None else elem_bytes
-    return Op(name, OpKind.MEMORY, bytes_moved=(elems_read + elems_written) * eb,
-              dtype=sh.dtype, saved_bytes=saved, recomputed=recomputed, kernels=kernels,
-              mem_kind=kind)
+    moved = (elems_read + elems_written) * eb
+    return Op(name, OpKind.MEMORY, bytes_moved=moved, dtype=sh.dtype, saved_bytes=saved,
+              recomputed=recomputed, kernels=kernels, mem_kind=kind,
+              bwd_bytes=moved if bwd_same else -1.0)
 
 
 def _comm(name: str, coll: Collective, group: str, size: float, overlaps: str = "") -> Op:

@@ -96,8 +96,7 @@ def _rope(elems: float, sh: LayerShape, name: str = "rope") -> Op:
     RoPE (``--no-rope-fusion`` off by default, arguments.py l.2902) or TE's kernel reads
     and writes them once; its backward rotates the gradients back, the same bytes. Nothing
     extra is saved (the rotated Q and K are what the attention core keeps)."""
-    op = _mem(name, elems, elems, sh)
-    return replace(op, bwd_bytes=op.bytes_moved)
+    return _mem(name, elems, elems, sh, bwd_same=True)
 
 
 def causal_window_pairs(s: int, window: int) -> int:
