@@ -127,30 +127,34 @@ def _own_causal(cf: CurveFit, causal_rows: Sweep) -> CurveFit:
     non-causal curve held fixed (where the causal rows are too few or cover other head dims
     to refit the whole curve: B200 cuDNN's are head dim 64 only)."""
     c = cf.curve
-    dims = {str(p.head_dim) for p in causal_rows.points}
-    fixed = {f"emax_{d}": e.value for d, e in c.emax.items() if d in dims}
-    fixed["s_half"] = c.s_half.value
-    f = fit_attention_curve(causal_rows.points, CAUSAL_BLOCK, fixed=fixed)
+    f = _causal_fit(c, causal_rows)
     ce = f.coefficient("causal_eff", "fraction", (
         f"fit to {cite(causal_rows.rows)} (causal rows) with the non-causal curve held fixed; "
         f"held-out (every 3rd point) MAPE {f.heldout_mape_pct:.1f}%"))
     return CurveFit(replace(c, causal_eff=ce), cf.fit)
 
 
-def causal_eff(more: Sequence[Row], a100_fa2: CurveFit) -> tuple[Coefficient, FitResult]:
-    """The one causal factor, fitted on the A100 FA2 causal rows with the non-causal curve
-    held fixed (H100 causal rows of all families are the held-out test)."""
-    sw = sweep(more, "A100", "fa2", "fwd+bwd", causal=True)
-    c = a100_fa2.curve
-    fixed = {f"emax_{d}": e.value for d, e in c.emax.items()}
+def _causal_fit(c: AttentionCurve, causal_rows: Sweep) -> FitResult:
+    """The causal factor alone, fitted to ``causal_rows`` with ``c`` (its emax at the rows'
+    head dims and its s_half) held fixed."""
+    dims = {str(p.head_dim) for p in causal_rows.points}
+    fixed = {f"emax_{d}": e.value for d, e in c.emax.items() if d in dims}
     fixed["s_half"] = c.s_half.value
-    f = fit_attention_curve(sw.points, CAUSAL_BLOCK, fixed=fixed)
+    return fit_attention_curve(causal_rows.points, CAUSAL_BLOCK, fixed=fixed)
+
+
+def causal_eff(more: Sequence[Row], a100_fa2: CurveFit) -> tuple[Coefficient, FitResult]:
+    """The shared causal factor, fitted on the A100 FA2 causal rows with the non-causal
+    curve held fixed, for families and GPUs without causal rows of their own."""
+    sw = sweep(more, "A100", "fa2", "fwd+bwd", causal=True)
+    f = _causal_fit(a100_fa2.curve, sw)
     return f.coefficient("causal_eff", "fraction", (
         f"fit to {cite(sw.rows)} (A100 FlashAttention-2 fwd+bwd, causal, head dims 64/128) with "
         f"the non-causal A100 curve held fixed: causal kernels lose this fraction to the "
         f"scheduling imbalance of triangular work beyond the 2*s_half+{CAUSAL_BLOCK:g} "
-        "half-length; carried to every GPU and family (the H100 FA2/FA3/cuDNN causal rows "
-        "are its held-out test)")), f
+        "half-length; carried to the GPUs and families without causal rows of their own (it "
+        "predicted the H100 FA2/cuDNN causal forward rows within 8 % before those got their "
+        "own factors)")), f
 
 
 def scaled_curve(c: AttentionCurve, factor: Mapping[str, float], s_half: Coefficient,
