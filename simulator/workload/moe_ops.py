@@ -25,12 +25,13 @@ from .spec import TransformerSpec
 def moe_load_factor(m: TransformerSpec, sh: LayerShape, routed: float) -> float:
     """Rows the busiest EP rank processes, over the balanced mean: the capacity factor when
     experts are padded to capacity, else the expected dropless imbalance
-    (``workload.moe_load``; ``frameworks/moe.json``)."""
+    (``workload.moe_load``; the routing spread by expert count and balancing method,
+    ``frameworks/moe.json``)."""
     moe = m.moe
     if moe.capacity_factor > 0:
         return moe.capacity_factor
-    return expected_max_load_ratio(sh.ep, moe.experts // sh.ep, moe.experts, routed,
-                                   ROUTING.expert_load_cv)
+    cv = ROUTING.expert_load_cv(moe.experts, loss_free=moe.router_expert_bias)
+    return expected_max_load_ratio(sh.ep, moe.experts // sh.ep, moe.experts, routed, cv)
 
 
 def _copy_both_ways(name: str, elems: float, sh: LayerShape) -> Op:

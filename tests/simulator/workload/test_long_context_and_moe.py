@@ -148,7 +148,56 @@ def test_imbalance_model_on_heldout_measured_layers():
     cv, pred, meas = heldout(rows)
     assert pred == pytest.approx(meas, rel=0.03)
     from simulator.frameworks.moe import ROUTING
-    assert ROUTING.expert_load_cv == pytest.approx(fit_expert_load_cv(rows), rel=0.01)
+    assert ROUTING.expert_load_cv(8) == pytest.approx(fit_expert_load_cv(rows), rel=0.01)
+
+
+def test_routing_spread_of_many_expert_models_from_maxvio():
+    """moe_load_summary.csv (Wang et al. 2024, Table 2, 64 experts): each MaxVio_global row
+    inverts to cv = MaxVio / a_64 and back; moe.json holds the pooled fits; bias
+    (auxiliary-loss-free) balancing is far tighter than the auxiliary loss."""
+    from calibrate.moe_load import fit_maxvio_cv, maxvio_cv, summary_rows
+    from simulator.frameworks.moe import ROUTING
+    aux, free = summary_rows("aux_loss"), summary_rows("loss_free")
+    for r in aux + free:
+        assert maxvio_cv(r) * expected_max_normal(64) == pytest.approx(float(r.data["value"]))
+    assert ROUTING.expert_load_cv(64) == pytest.approx(fit_maxvio_cv(aux), rel=0.01)
+    assert ROUTING.expert_load_cv(64, loss_free=True) == pytest.approx(fit_maxvio_cv(free),
+                                                                      rel=0.01)
+    assert min(maxvio_cv(r) for r in aux) <= ROUTING.expert_load_cv(64) <= max(
+        maxvio_cv(r) for r in aux)
+    assert ROUTING.expert_load_cv(64, loss_free=True) < ROUTING.expert_load_cv(8)
+
+
+@settings(max_examples=30, deadline=None)
+@given(e=st.integers(1, 4096))
+def test_routing_spread_between_the_measured_expert_counts(e):
+    """Log-linear between the measured points, flat outside, never outside their range."""
+    from simulator.frameworks.moe import ROUTING
+    (e0, c0), (e1, c1) = ROUTING.aux_points[0], ROUTING.aux_points[-1]
+    cv = ROUTING.expert_load_cv(e)
+    assert min(c0, c1) <= cv <= max(c0, c1)
+    assert ROUTING.expert_load_cv(e + 1) >= cv
+    if e <= e0:
+        assert cv == c0
+    if e >= e1:
+        assert cv == c1
+
+
+def test_bias_balanced_presets_use_the_loss_free_spread():
+    """DeepSeek-V3 (noaux_tc bias balancing) gets the loss-free spread, Qwen3 (auxiliary
+    loss) the many-expert one: the busiest EP-64 rank differs accordingly."""
+    from simulator.workload import get_preset
+    from simulator.workload.moe_ops import moe_load_factor
+    dsv3, qwen = get_preset("deepseek-v3"), get_preset("qwen3-235b-a22b")
+    assert dsv3.moe.router_expert_bias and not qwen.moe.router_expert_bias
+    sh = LayerShape(1, 4096, ep=64)
+    routed = 4096 * 8
+    from simulator.frameworks.moe import ROUTING
+    assert moe_load_factor(dsv3, sh, routed) == pytest.approx(expected_max_load_ratio(
+        64, 4, 256, routed, ROUTING.expert_load_cv(256, loss_free=True)))
+    assert moe_load_factor(qwen, sh, routed) == pytest.approx(expected_max_load_ratio(
+        64, 2, 128, routed, ROUTING.expert_load_cv(128)))
+    assert moe_load_factor(qwen, sh, routed) > 1.3 > moe_load_factor(dsv3, sh, routed)
 
 
 @settings(max_examples=40, deadline=None)
@@ -171,7 +220,8 @@ def test_moe_layer_ops_as_the_alltoall_dispatcher_runs_them():
     ops = {o.name: o for o in layer_ops(MOE, sh, layer=1)}
     t_loc = b * s // tp
     routed = t_loc * 8
-    ratio = expected_max_load_ratio(ep, 128 // ep, 128, routed, 0.0492)
+    from simulator.frameworks.moe import ROUTING
+    ratio = expected_max_load_ratio(ep, 128 // ep, 128, routed, ROUTING.expert_load_cv(128))
     assert ops["router"].dtype == "bf16" and (ops["router"].m, ops["router"].n) == (t_loc, 128)
     assert ops["ep_dispatch"].comm_bytes == pytest.approx(routed * ratio * 2048 * 2)
     assert ops["ep_combine"].comm_bytes == ops["ep_dispatch"].comm_bytes
