@@ -26,6 +26,13 @@ class FrameworkDefaults:
     pp_blocking_p2p: bool = True
     grad_accum_bytes_per_param: float = 0.0
     zero1_allreduce: bool = False
+    dp_overlap_zero3: bool | None = None   # DP overlap under ZeRO-3 when it differs (DeepSpeed)
+
+    def dp_overlap_for(self, zero_stage: int) -> bool:
+        """Whether gradient reduction overlaps backward at this ZeRO stage."""
+        if zero_stage >= 3 and self.dp_overlap_zero3 is not None:
+            return self.dp_overlap_zero3
+        return self.dp_overlap
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FrameworkDefaults":

@@ -56,6 +56,8 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
               "zero_stage": mem.zero_stage, **host_settings(name, bf16)}
     fields = {k: v for k, v in values.items() if k not in keep}
     zero = fields.get("zero_stage", plan.zero_stage)
+    if "dp_overlap" in fields:
+        fields["dp_overlap"] = beh.dp_overlap_for(zero)
     if "host_mechanisms" in fields and zero < 3:     # FSDP unit hooks exist only under FSDP
         fields["host_mechanisms"] = tuple(m for m in fields["host_mechanisms"]
                                           if not m.startswith("fsdp"))
