@@ -103,12 +103,21 @@ def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
     """Fused attention kernel time from its FLOPs (causal counted as half the square, the
     FlashAttention papers' convention) and the profile's achieved fraction of the 16-bit
     peak, which follows the key length ``seq_k``, ``head_dim`` and masking of the call where
-    the profile has curves (``AttentionModel``)."""
+    the profile has curves (``AttentionModel``).
+
+    The curves are fitted to benchmark timings at the boost clock; under a training loop's
+    sustained load the rate is held to the 16-bit GEMM's power-limited ceiling
+    (``GemmModel.sustained_eff``, a measured MSMF), as a GEMM's is: a ceiling, so kernels
+    below it lose nothing. Assumed: an attention kernel spends at least a GEMM's energy per
+    tensor-core FLOP (its matmuls run on the same tensor cores, plus the softmax on top). It
+    binds only where a curve exceeds the GEMM's sustained rate (Blackwell's cuDNN kernels)."""
     if flops <= 0:
         return 0.0
+    d16 = "bf16" if dtype == "fp8" else dtype                      # attention stays in 16-bit
     eff = prof.attn_eff(dtype, backward, kernel, seq_k, head_dim, causal)
-    peak = gpu.peak("bf16" if dtype == "fp8" else dtype) * 1e12   # attention stays in 16-bit
-    return prof.memory.launch_us.value * 1e-6 + flops / (peak * eff)
+    peak = gpu.peak(d16) * 1e12
+    rate = min(peak * eff, peak * prof.gemm.sustained_for(d16))
+    return prof.memory.launch_us.value * 1e-6 + flops / rate
 
 
 # ---- communication ------------------------------------------------------------------------
