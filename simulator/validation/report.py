@@ -123,8 +123,8 @@ def markdown(outcomes: list[RowOutcome], learned=None, plot_name: str | None = N
     for o in outcomes:
         r, c = o.row, outcome_columns(o)
         degrees = "/".join(r.get(k, "") or "1" for k in ("tp", "pp", "dp", "cp", "ep"))
-        chosen = "; ".join(x for x in c["chosen"].split(";")
-                           if x and not x.startswith("framework defaults")).replace("|", "/")
+        picked = c["chosen"].split("framework defaults:", 1)[0]   # the why may hold ';'
+        chosen = "; ".join(x for x in picked.split(";") if x).replace("|", "/")
         lines.append(f"| {r.get('id')} | {r.get('gpu')} | {r.get('n_gpus')} | {degrees} | "
                      f"{r.get('measured_step_time_s')} | {c['predicted_step_time_s']} | "
                      f"{_interval_cell(c)} | {c['error_pct']} | {c['status'][:40]} | {chosen} |")
