@@ -77,12 +77,12 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                    help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
                    "(default: the framework's)")
     p.add_argument("--schedule", default=None, help="gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe")
-    p.add_argument("--attention", default=None,
-                   help="flash (FA2-class), flash1 (FA1 / its Triton port, A100/H100/H200), "
-                   "flash3 (FA3/cuDNN, Hopper+) or materialized "
+    p.add_argument("--attention", default=None, help="flash (FA2-class), flash1 (FA1 / its "
+                   "Triton port, A100/H100/H200), flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")
     p.add_argument("--no-dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")
+    _moe_args(p)
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
     _host_args(p)
@@ -103,6 +103,13 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--powersgd-rank", type=int, default=1)
     m.add_argument("--optimizer", default="adam", help="adam or sgd")
     p.set_defaults(func=run_simulate)
+
+
+def _moe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--moe-dispatcher", default="alltoall",
+                   help="MoE token dispatcher: alltoall (NCCL all-to-all of every token-expert "
+                   "pair) or flex (DeepEP: one copy per node over RDMA, forwarded over NVLink; "
+                   "needs --tp 1) (default alltoall)")
 
 
 def _host_args(p: argparse.ArgumentParser) -> None:
@@ -140,7 +147,8 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int, gpu: GPUSpec | None = Non
                 schedule=schedule, attention=a.attention or "flash",
                 dp_overlap=not a.no_dp_overlap, tp_overlap=bool(a.tp_overlap),
                 dp_bucket_bytes=int(a.bucket_mb * 1e6), host_mode=a.host_mode or "eager",
-                host_mechanisms=_mechanisms(a.host_mechanisms))
+                host_mechanisms=_mechanisms(a.host_mechanisms),
+                moe_dispatcher=getattr(a, "moe_dispatcher", None) or "alltoall")
     return _framework_defaults(plan, a)
 
 

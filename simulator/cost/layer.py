@@ -16,6 +16,7 @@ from ..network.price import ZERO_COST, CollectiveCost, collective_cost
 from ..parallel.placement import GroupPlacement
 from ..workload.ops import Op, OpKind
 from .kernels import attention_time_s, gemm_time_s, memory_time_s
+from .moe_comm import flex_cost
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,10 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
             pc.append(Segment(op.name, "", t))
             continue
-        cost = group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
+        if op.routing is not None:                    # flex (DeepEP) dispatch / combine
+            cost = flex_cost(op.routing, groups[op.group], prof)
+        else:
+            cost = group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
         t = cost.time_s
         pc.add_link_busy(cost)
         hidden = 0.0

@@ -90,7 +90,10 @@ def _candidates(plan: Plan) -> list[tuple[str, Plan]]:
         mb //= 2
     if plan.dp % 2 == 0:
         for k in ("tp", "pp", "cp"):
-            p2 = replace(plan, dp=plan.dp // 2, **{k: 2 * getattr(plan, k)})
+            try:
+                p2 = replace(plan, dp=plan.dp // 2, **{k: 2 * getattr(plan, k)})
+            except InvalidInputError:           # a split this plan cannot take (flex: tp 1)
+                continue
             out.append((f"{k}={2 * getattr(plan, k)} (dp={plan.dp // 2})", p2))
     return out
 

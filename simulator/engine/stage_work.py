@@ -127,7 +127,8 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       attention_kernel=plan.attention.value,
                       dropout=plan.memory.dropout, loss=plan.memory.loss.value,
                       fused_swiglu=plan.memory.fused_swiglu,
-                      moe_weighted_activation=plan.memory.moe_weighted_activation)
+                      moe_weighted_activation=plan.memory.moe_weighted_activation,
+                      moe_dispatcher=plan.moe_dispatcher)
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:

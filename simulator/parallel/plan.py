@@ -39,6 +39,9 @@ class AttentionImpl(str, Enum):
     MATERIALIZED = "materialized"
 
 
+MOE_DISPATCHERS = ("alltoall", "flex")
+
+
 @dataclass(frozen=True)
 class Plan:
     """How one training step is laid over the GPUs.
@@ -82,6 +85,10 @@ class Plan:
     # DDP's per-parameter hooks, FSDP's per-unit hooks and all-gather rate limiter).
     host_mode: str = "eager"
     host_mechanisms: tuple[str, ...] = ()
+    # MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): "alltoall" (NCCL
+    # all-to-all of every token-expert pair) or "flex" (DeepEP's fused dispatch/combine: one
+    # copy per destination node over RDMA, forwarded over NVLink; tp must be 1)
+    moe_dispatcher: str = "alltoall"
     # What the framework keeps in memory (gradient dtype, master weights, loss, buckets, ...):
     # ``simulator.parallel.conventions``; from ``--framework`` / ``frameworks.json``.
     memory: MemoryConventions = MemoryConventions()
@@ -110,6 +117,12 @@ class Plan:
             raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
                                    "bytes per parameter >= 0")
         self._check_host()
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise InvalidInputError("moe_dispatcher", self.moe_dispatcher,
+                                    "one of " + ", ".join(MOE_DISPATCHERS))
+        if self.moe_dispatcher == "flex" and self.tp > 1:
+            raise InvalidInputError("moe_dispatcher", "flex", "tp=1 (the flex dispatcher's "
+                                    "expert tensor parallelism is not modelled)")
         if not isinstance(self.memory, MemoryConventions):
             raise InvalidInputError("memory", self.memory, "a MemoryConventions")
         if self.dp_bucket_bytes < 0:

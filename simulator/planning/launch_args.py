@@ -102,6 +102,14 @@ def _attention_args(m: TransformerSpec) -> list[str]:
     return a
 
 
+def _dispatcher_args(plan: Plan) -> list[str]:
+    """Megatron-Core's dispatcher flags (megatron/core/transformer/moe/README.md @ d98e8a64:
+    flex with the DeepEP backend, which takes fp32 router probabilities)."""
+    if plan.moe_dispatcher == "flex":
+        return ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
+    return ["--moe-token-dispatcher-type alltoall"]
+
+
 def _moe_args(m: TransformerSpec, plan: Plan) -> list[str]:
     e = m.moe
     if e is None:
@@ -109,7 +117,7 @@ def _moe_args(m: TransformerSpec, plan: Plan) -> list[str]:
     a = [f"--num-experts {e.experts}", f"--moe-router-topk {e.top_k}",
          f"--moe-ffn-hidden-size {e.expert_ffn_hidden}",
          f"--moe-router-score-function {e.router_score}",
-         "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+         *_dispatcher_args(plan), "--moe-grouped-gemm"]
     if e.shared_experts:
         a.append(f"--moe-shared-expert-intermediate-size {e.shared_experts * e.expert_ffn_hidden}")
     flags = [m.is_moe_layer(i) for i in range(m.n_layers)]

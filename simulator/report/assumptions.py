@@ -30,6 +30,7 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "grad_dtype": plan.memory.grad_dtype.value, "master_weights": plan.memory.master_weights,
         "optimizer_state_bytes_per_param": plan.memory.optimizer_state_bytes_per_param,
         "host_mode": plan.host_mode, "host_mechanisms": list(plan.host_mechanisms),
+        "moe_dispatcher": plan.moe_dispatcher if model.moe is not None else None,
         "profile": prof.name, "step_overhead_s": prof.step_overhead_s.value,
         "gpus_per_node": cluster.node.gpus_per_node, "nics_per_node": cluster.node.nics_per_node,
         "nic_gbits_per_s": cluster.node.nic_gbits_per_s,
@@ -52,6 +53,7 @@ def assumption_lines(d: dict[str, Any]) -> list[str]:
         f"           framework {d['framework']}: gradients {d['grad_dtype']}, fp32 master "
         f"weights {onoff(d['master_weights'])}, optimizer state "
         f"{d['optimizer_state_bytes_per_param']:g} B/param; host {d.get('host_mode', 'eager')}"
-        f"{', ' + ', '.join(d['host_mechanisms']) if d.get('host_mechanisms') else ''}",
+        f"{', ' + ', '.join(d['host_mechanisms']) if d.get('host_mechanisms') else ''}"
+        f"{'; MoE dispatcher ' + d['moe_dispatcher'] if d.get('moe_dispatcher') else ''}",
         f"           profile {d['profile']} (fixed step overhead {1e3 * d['step_overhead_s']:.3g} ms)",
     ]

@@ -31,3 +31,39 @@ def expected_max_load_ratio(n_ranks: int, experts_per_rank: int, experts: int,
     q = experts_per_rank / experts
     rel = math.sqrt((1.0 - q) / tokens_per_rank + expert_load_cv ** 2 / experts_per_rank)
     return 1.0 + expected_max_normal(n_ranks) * rel
+
+
+# ---- DeepEP-style (flex) dispatch: distinct destinations per token ---------------------------
+def expected_distinct(bins: float, draws: int, pool: float) -> float:
+    """Expected number of distinct bins hit when ``draws`` items are drawn without
+    replacement from ``pool`` items spread evenly over ``bins`` bins (``pool / bins`` each):
+    ``bins * (1 - C(pool - pool/bins, draws) / C(pool, draws))``."""
+    if bins <= 1:
+        return min(1.0, float(bins))
+    per = pool / bins
+    miss = 1.0
+    for i in range(min(draws, int(pool))):
+        left = pool - per - i
+        if left <= 0:
+            return float(bins)
+        miss *= left / (pool - i)
+    return bins * (1.0 - miss)
+
+
+def flex_destinations(top_k: int, experts: int, groups: int, group_topk: int, ranks: int,
+                      nodes: int) -> tuple[float, float]:
+    """(distinct destination ranks, distinct destination nodes) per token when its ``top_k``
+    experts are chosen uniformly from the candidate experts: all ``experts``, or with
+    group-limited routing (``group_topk`` of ``groups`` groups, DeepSeek's node-limited
+    routing) the chosen groups' experts, contiguous groups laid over ranks and nodes in
+    order. A token goes once to each rank (experts of one rank share the copy) and once to
+    each node (the sender's own counted, as DeepEP's RDMA channel carries it)."""
+    limited = 0 < group_topk < groups
+    pool = experts * group_topk / groups if limited else float(experts)
+    per_rank, per_node = experts / ranks, experts / nodes
+    rank_hit = expected_distinct(pool / per_rank if pool >= per_rank else 1.0, top_k, pool)
+    if limited and experts / groups < per_node:   # several groups per node: chosen groups
+        span = expected_distinct(nodes, group_topk, groups)   # fall on this many nodes
+    else:
+        span = pool / per_node if pool >= per_node else 1.0
+    return rank_hit, expected_distinct(span, top_k, pool)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..frameworks.moe import ROUTING
-from .moe_load import expected_max_load_ratio
+from .moe_load import expected_max_load_ratio, flex_destinations
 from .op_types import (
     Collective,
+    FlexRouting,
     LayerShape,
     Op,
     _comm,
@@ -54,10 +55,9 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     local experts, ``grouped``), then undoes each step; the router probabilities travel in
     a second (fp32) all-to-all and scale the experts' activation (weighted SwiGLU), and the
     unpermute sums the top-k copies. The busiest rank sets every step after the
-    router (``moe_load_factor``). The all-to-all is exposed: Megatron overlaps it with
-    compute only with its opt-in EP-overlap schedule. Shared experts run on every token
-    (TP-sharded, with their own TP gather/reduce).
-    """
+    router (``moe_load_factor``). The all-to-all is exposed (Megatron overlaps it only with
+    its opt-in EP-overlap schedule). Shared experts run on every token, TP-sharded with their
+    own gather/reduce. ``sh.moe_dispatcher == "flex"``: ``_flex_ops``."""
     moe = m.moe
     assert moe is not None
     T, _ = _tokens(m, sh)
@@ -69,8 +69,10 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     sh16 = replace(sh, dtype="bf16") if sh.dtype == "fp8" else sh
     ops = [_gemm("router", t_loc, moe.experts, h, sh16, saved=t_loc * h * ab),
            _mem("moe_router_topk", t_loc * moe.experts, t_loc * moe.experts, sh,
-                elem_bytes=4, kind="softmax"),    # fp32 softmax + top-k over router logits
-           _mem("moe_permute", t_loc * h, routed * h, sh, kind="copy")]
+                elem_bytes=4, kind="softmax")]    # fp32 softmax + top-k over router logits
+    if sh.moe_dispatcher == "flex" and sh.ep > 1:
+        return ops + _flex_ops(m, sh, t_loc, recv / routed) + _shared_expert_ops(m, sh, t_loc)
+    ops.append(_mem("moe_permute", t_loc * h, routed * h, sh, kind="copy"))
     if sh.ep > 1:
         ops.append(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab))
         # the router probabilities travel with the tokens in a second all-to-all (in the
@@ -99,6 +101,33 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     kept = routed * 4 + (0.0 if sh.moe_weighted_activation else routed * h * ab)
     ops.append(_mem("moe_combine", routed * h, t_loc * h, sh, saved=kept, bwd_same=True))
     return ops + _shared_expert_ops(m, sh, t_loc)
+
+
+def _flex_ops(m: TransformerSpec, sh: LayerShape, t_loc: int, load: float) -> list[Op]:
+    """Dispatch to combine as Megatron-Core's flex dispatcher runs them on DeepEP (tp = 1;
+    ``token_dispatcher.py`` @ d98e8a64 ``_DeepepManager``): one fused kernel sends each token
+    once per destination rank, with its fp32 top-k probabilities, once per destination node
+    over RDMA and on over NVLink (priced on the placed group, ``cost.moe_comm``); the
+    receiver expands its tokens to (token, local expert) rows (``permute`` with the multihot
+    map), the experts run, the rows are summed back per token (``unpermute``), and the fused
+    combine returns them, reducing per node before RDMA. No separate source-side permute,
+    probability all-to-all or chunk sort. ``load``: the busiest rank's rows over the mean."""
+    moe, h, ab = m.moe, m.hidden, sh.act_bytes
+    ranks_hit, _ = flex_destinations(moe.top_k, moe.experts, moe.router_groups,
+                                     moe.router_group_topk, sh.ep, 1)
+    rows = t_loc * moe.top_k * load                # (token, local expert) rows, busiest rank
+    recv = t_loc * ranks_hit * load                # tokens it receives (one per rank hit)
+    route = FlexRouting(t_loc * load, h * ab, moe.top_k, moe.experts, moe.router_groups,
+                        moe.router_group_topk)
+    ops = [replace(_comm("ep_dispatch", Collective.ALL_TO_ALL, "ep", recv * h * ab),
+                   routing=route),
+           _mem("moe_permute", recv * h, rows * h, sh, kind="copy", bwd_same=True)]
+    ops += _local_expert_ops(m, replace(sh, tp=1, ep=1), rows, moe.experts // sh.ep)
+    kept = rows * 4 + (0.0 if sh.moe_weighted_activation else rows * h * ab)
+    ops.append(_mem("moe_unpermute", rows * h, recv * h, sh, saved=kept, bwd_same=True))
+    ops.append(replace(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab),
+                       routing=route))
+    return ops
 
 
 def _local_expert_ops(m: TransformerSpec, sh: LayerShape, group_rows: float,

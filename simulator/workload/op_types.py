@@ -52,6 +52,22 @@ class Op:
     causal: bool = False                     # attention: causal mask (m, n, k = s_q, s_k, head_dim)
     grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
     has_weights: bool = True                 # GEMM: one operand is a weight (False: attention's QK, AV)
+    routing: FlexRouting | None = None       # COMM: a flex (DeepEP) dispatch / combine
+
+
+@dataclass(frozen=True)
+class FlexRouting:
+    """What pricing needs to cost a DeepEP-style (flex) dispatch or combine on a placed EP
+    group: each of ``tokens`` tokens (this rank's, already scaled to the busiest rank's
+    share) goes once to each distinct destination rank (NVLink) and once to each distinct
+    other node (RDMA), ``token_bytes`` each (``workload.moe_load.flex_destinations``)."""
+
+    tokens: float
+    token_bytes: float
+    top_k: int
+    experts: int
+    groups: int = 0
+    group_topk: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class LayerShape:
     loss: str = "megatron"
     fused_swiglu: bool = True
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
+    moe_dispatcher: str = "alltoall"         # "flex": DeepEP dispatch/combine (Plan)
 
     @property
     def act_bytes(self) -> int:
