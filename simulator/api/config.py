@@ -45,6 +45,7 @@ class TrainingConfig:
     recompute: str = "none"
     sequence_parallel: bool = False
     schedule: str | None = None           # pipeline schedule (Plan.schedule); None: 1f1b/interleaved
+    moe_dispatcher: str = "alltoall"      # MoE token dispatcher (Plan.moe_dispatcher): or "flex"
     strategy: str = "ddp"                 # modules: ddp or fsdp
     bucket_cap_mb: float | None = None    # modules, DDP: None = torch's 25 MiB
     input_shape: tuple[int, ...] | None = None
@@ -71,7 +72,7 @@ class TrainingConfig:
             object.__setattr__(self, "input_shape", shape)
         if self.bucket_cap_mb is not None:
             check_float("bucket_cap_mb", self.bucket_cap_mb, 0.0, 1e6, lo_open=True)
-        for name in ("precision", "recompute", "engine", "input_dtype"):
+        for name in ("precision", "recompute", "engine", "input_dtype", "moe_dispatcher"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
                 raise InvalidInputError(name, v, "a string")

@@ -155,6 +155,8 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
                    "materialized; one the GPU runs")
     g.add_argument("--no-dp-overlap", action="store_true")
     g.add_argument("--tp-overlap", action="store_true")
+    g.add_argument("--moe-dispatcher", default="alltoall",
+                   help="MoE token dispatcher: alltoall or flex (DeepEP; tp 1 where ep > 1)")
     g.add_argument("--keep-dominated", action="store_true",
                    help="also simulate dearer recompute modes of plans that fit without them")
     g.add_argument("--workers", type=int, help="local processes (default: all cores)")
@@ -173,7 +175,7 @@ def search_options(a: argparse.Namespace, price: float | None = None,
         recomputes=tuple(parse_str_list(a.recomputes)),
         precisions=tuple(parse_str_list(a.precisions)), attention=a.attention,
         dp_overlap=not a.no_dp_overlap, tp_overlap=a.tp_overlap,
-        prune_dominated=not a.keep_dominated)
+        prune_dominated=not a.keep_dominated, moe_dispatcher=a.moe_dispatcher)
     progress = sys.stderr.isatty() if a.progress is None else a.progress
     return SearchOptions(space=space, objective=a.objective, top_k=a.top, event_top=a.event_top,
                          event_max=max(a.event_top, a.event_max),

@@ -208,8 +208,11 @@ def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors:
 
 # The op graph's MoE-block ops besides the experts (``workload.ops.moe_ops``): a framework's
 # measured MoE-layer host cost (``moe_layer_*_eager_ops``) includes them; the first two are
-# issued before the token dispatcher's device-to-host sync.
-MOE_BLOCK_OPS = ("router", "moe_router_topk", "moe_permute", "moe_combine")
+# issued before the token dispatcher's device-to-host sync. The flex (DeepEP) path's
+# unpermute stands where the all-to-all path's combine does; the measured cost was taken on
+# the all-to-all dispatcher and is applied to flex unchanged (assumed: DeepEP's fused
+# kernels remove the probability all-to-all and chunk sort, a few eager ops of ~46).
+MOE_BLOCK_OPS = ("router", "moe_router_topk", "moe_permute", "moe_combine", "moe_unpermute")
 MOE_PRE_SYNC_OPS = ("router", "moe_router_topk")
 _BWD_SUFFIXES = ("_dgrad", "_wgrad", "_bwd")
 

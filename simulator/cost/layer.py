@@ -167,6 +167,14 @@ def group_collective(coll: Collective, size_bytes: float, g: GroupPlacement,
     return collective_cost(coll, size_bytes, g.shape, g.fabric, prof)
 
 
+def comm_op_cost(op: Op, groups: dict[str, GroupPlacement], prof: Profile) -> CollectiveCost:
+    """A communication op on its placed group: a flex (DeepEP) dispatch/combine when the op
+    carries routing (``cost.moe_comm``), else its collective."""
+    if op.routing is not None:
+        return flex_cost(op.routing, groups[op.group], prof)
+    return group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
+
+
 def group_collective_s(coll: Collective, size_bytes: float, g: GroupPlacement,
                        prof: Profile) -> float:
     return group_collective(coll, size_bytes, g, prof).time_s
@@ -193,10 +201,7 @@ def pass_cost(ops: list[Op], gpu: GPUSpec, prof: Profile, groups: dict[str, Grou
             pc.op_times[op.name] = pc.op_times.get(op.name, 0.0) + t
             pc.append(Segment(op.name, "", t))
             continue
-        if op.routing is not None:                    # flex (DeepEP) dispatch / combine
-            cost = flex_cost(op.routing, groups[op.group], prof)
-        else:
-            cost = group_collective(op.collective, op.comm_bytes, groups[op.group], prof)
+        cost = comm_op_cost(op, groups, prof)
         t = cost.time_s
         pc.add_link_busy(cost)
         hidden = 0.0

@@ -120,7 +120,7 @@ class Plan:
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise InvalidInputError("moe_dispatcher", self.moe_dispatcher,
                                     "one of " + ", ".join(MOE_DISPATCHERS))
-        if self.moe_dispatcher == "flex" and self.tp > 1:
+        if self.moe_dispatcher == "flex" and self.tp > 1 and self.ep > 1:
             raise InvalidInputError("moe_dispatcher", "flex", "tp=1 (the flex dispatcher's "
                                     "expert tensor parallelism is not modelled)")
         if not isinstance(self.memory, MemoryConventions):

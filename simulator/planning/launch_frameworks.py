@@ -44,7 +44,7 @@ def _dtype_name(p: Plan) -> str:
 
 
 # ---- NeMo 2 -------------------------------------------------------------------------------
-def _gpt_config_fields(m: TransformerSpec) -> list[str]:
+def _gpt_config_fields(m: TransformerSpec, p: Plan) -> list[str]:
     f = [f"num_layers={m.n_layers}", f"hidden_size={m.hidden}", f"ffn_hidden_size={m.ffn_hidden}",
          f"num_attention_heads={m.n_heads}", f"num_query_groups={m.n_kv_heads}",
          f"kv_channels={m.head_dim}", f"seq_length={m.seq_len}",
@@ -58,7 +58,9 @@ def _gpt_config_fields(m: TransformerSpec) -> list[str]:
     if m.moe is not None:
         f += [f"num_moe_experts={m.moe.experts}", f"moe_router_topk={m.moe.top_k}",
               f"moe_ffn_hidden_size={m.moe.expert_ffn_hidden}", "moe_grouped_gemm=True",
-              "moe_token_dispatcher_type='alltoall'"]
+              f"moe_token_dispatcher_type={p.moe_dispatcher!r}"]
+        if p.moe_dispatcher == "flex":            # Megatron-Core TransformerConfig field
+            f.append("moe_flex_dispatcher_backend='deepep'")
     return f
 
 
@@ -76,7 +78,7 @@ def nemo_recipe(m: TransformerSpec, p: Plan, nodes: int, gpus_per_node: int) -> 
              f'recipe = llm.{base}.pretrain_recipe(name="complexity_plan", num_nodes={nodes}, '
              f"num_gpus_per_node={gpus_per_node})"]
     if recipe is None:
-        fields = ",\n    ".join(_gpt_config_fields(m))
+        fields = ",\n    ".join(_gpt_config_fields(m, p))
         lines.append(f"# no NeMo recipe for {m.name}: a GPT model with its architecture\n"
                      f"recipe.model = run.Config(llm.GPTModel, config=run.Config(\n"
                      f"    llm.GPTConfig,\n    {fields}))")
@@ -88,6 +90,10 @@ def nemo_recipe(m: TransformerSpec, p: Plan, nodes: int, gpus_per_node: int) -> 
               f"recipe.data.seq_length = {m.seq_len}", f"recipe.model.config.seq_length = {m.seq_len}",
               f"recipe.data.micro_batch_size = {p.micro_batch}",
               f"recipe.data.global_batch_size = {p.global_batch}"]
+    if m.moe is not None and recipe is not None:   # a preset recipe: set the dispatcher too
+        lines.append(f"recipe.model.config.moe_token_dispatcher_type = {p.moe_dispatcher!r}")
+        if p.moe_dispatcher == "flex":
+            lines.append("recipe.model.config.moe_flex_dispatcher_backend = 'deepep'")
     if p.recompute != Recompute.NONE:
         lines.append(f"recipe.model.config.recompute_granularity = {p.recompute.value!r}")
     if p.recompute == Recompute.FULL:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from ..cost.layer import compute_time_s, group_collective_s
+from ..cost.layer import comm_op_cost, compute_time_s
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..engine.stage_work import layer_shape, place_groups
@@ -92,7 +92,7 @@ def roofline_ops(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
 
 def _op_row(op, phase, where, ridge, cluster, profile, groups) -> OpRoofline:
     if op.kind == OpKind.COMM:
-        t = group_collective_s(op.collective, op.comm_bytes, groups[op.group], profile)
+        t = comm_op_cost(op, groups, profile).time_s
         return OpRoofline(op.name, op.kind.value, phase, where, 0.0, op.comm_bytes, 0.0,
                           RooflineClass.COMMUNICATION, t)
     intensity = op.flops / op.bytes_moved if op.bytes_moved else float("inf")

@@ -31,7 +31,7 @@ from ..errors import InvalidInputError
 from ..hardware.specs import ClusterSpec, Dtype
 from ..memory.accounting import StageMemory, live_chunk_counts, stage_memory
 from ..memory.chunk import chunk_memory, layer_kind_counts
-from ..parallel.plan import AttentionImpl, Plan, Recompute, Schedule, validate
+from ..parallel.plan import MOE_DISPATCHERS, AttentionImpl, Plan, Recompute, Schedule, validate
 from ..parallel.schedule import chunk_parts
 from ..workload.ops import LayerShape
 from ..workload.spec import TransformerSpec
@@ -79,6 +79,7 @@ class SearchSpace:
     dp_overlap: bool = True
     tp_overlap: bool = False
     prune_dominated: bool = True
+    moe_dispatcher: str = "alltoall"          # "flex" (DeepEP): only tp = 1 where ep > 1
 
     def __post_init__(self) -> None:
         for name in ("micro_batches", "vpps"):
@@ -90,6 +91,9 @@ class SearchSpace:
         object.__setattr__(self, "recomputes", tuple(Recompute(r) for r in self.recomputes))
         object.__setattr__(self, "precisions", tuple(Dtype(p) for p in self.precisions))
         object.__setattr__(self, "attention", AttentionImpl(self.attention))
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise InvalidInputError("moe_dispatcher", self.moe_dispatcher,
+                                    "one of " + ", ".join(MOE_DISPATCHERS))
         if not self.recomputes or not self.precisions:
             raise InvalidInputError("recomputes/precisions", "()", "at least one value each")
 
@@ -102,7 +106,8 @@ class SearchSpace:
             "ep > 1 only for MoE: divisors of the expert count that divide dp*cp",
             "sequence parallel only when tp > 1; ZeRO-3 only when pp == 1",
             f"attention={self.attention.value} dp_overlap={self.dp_overlap} "
-            f"tp_overlap={self.tp_overlap} (fixed for the whole search)",
+            f"tp_overlap={self.tp_overlap} moe_dispatcher={self.moe_dispatcher} (fixed for "
+            "the whole search; flex: tp = 1 where ep > 1)",
         ]
 
 
@@ -144,7 +149,8 @@ def enumerate_shapes(model: TransformerSpec, n_gpus: int, space: SearchSpace) ->
             for pp in _divisors(rest):
                 dp = rest // pp
                 for ep in _ep_options(model, dp, cp):
-                    yield Shape(tp, cp, pp, dp, ep)
+                    if not (space.moe_dispatcher == "flex" and tp > 1 and ep > 1):
+                        yield Shape(tp, cp, pp, dp, ep)
 
 
 # ---- knobs per shape ------------------------------------------------------------------------
@@ -174,7 +180,7 @@ def make_plan(shape: Shape, k: Knobs, global_batch: int, space: SearchSpace) -> 
                 zero_stage=k.zero_stage, precision=k.precision,
                 schedule=Schedule.INTERLEAVED if k.vpp > 1 else Schedule.ONE_F_ONE_B,
                 attention=space.attention, dp_overlap=space.dp_overlap,
-                tp_overlap=space.tp_overlap)
+                tp_overlap=space.tp_overlap, moe_dispatcher=space.moe_dispatcher)
 
 
 def _rule_rejection(shape: Shape, k: Knobs) -> Rejection | None:

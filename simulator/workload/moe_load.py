@@ -60,10 +60,12 @@ def flex_destinations(top_k: int, experts: int, groups: int, group_topk: int, ra
     each node (the sender's own counted, as DeepEP's RDMA channel carries it)."""
     limited = 0 < group_topk < groups
     pool = experts * group_topk / groups if limited else float(experts)
-    per_rank, per_node = experts / ranks, experts / nodes
-    rank_hit = expected_distinct(pool / per_rank if pool >= per_rank else 1.0, top_k, pool)
-    if limited and experts / groups < per_node:   # several groups per node: chosen groups
-        span = expected_distinct(nodes, group_topk, groups)   # fall on this many nodes
-    else:
-        span = pool / per_node if pool >= per_node else 1.0
-    return rank_hit, expected_distinct(span, top_k, pool)
+
+    def hit(bins: int) -> float:
+        per = experts / bins
+        if limited and experts / groups < per:     # several groups per bin: the chosen groups
+            span = expected_distinct(bins, group_topk, groups)     # fall on this many bins
+        else:
+            span = pool / per if pool >= per else 1.0
+        return expected_distinct(span, top_k, pool)
+    return hit(ranks), hit(nodes)

@@ -60,7 +60,9 @@ class FlexRouting:
     """What pricing needs to cost a DeepEP-style (flex) dispatch or combine on a placed EP
     group: each of ``tokens`` tokens (this rank's, already scaled to the busiest rank's
     share) goes once to each distinct destination rank (NVLink) and once to each distinct
-    other node (RDMA), ``token_bytes`` each (``workload.moe_load.flex_destinations``)."""
+    destination node, its own included (RDMA), ``token_bytes`` each (the hidden state; the
+    fp32 top-k probabilities and indices, ~12 B per expert, are left out)
+    (``workload.moe_load.flex_destinations``)."""
 
     tokens: float
     token_bytes: float

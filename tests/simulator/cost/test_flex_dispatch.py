@@ -54,6 +54,8 @@ def test_expected_distinct_matches_sampling(bins, draws, pool):
     (8, 256, 2, 2, 16, 2),
     (8, 128, 0, 0, 64, 8),      # Qwen3-style, no group limit
     (6, 64, 8, 3, 32, 2),       # several groups per node
+    (8, 256, 8, 4, 4, 1),       # several groups per rank (DeepSeek-V3 at EP4)
+    (8, 256, 8, 4, 2, 1),       # ... and at EP2
 ])
 def test_flex_destinations_match_sampled_routing(top_k, experts, groups, group_topk, ranks,
                                                  nodes):
@@ -111,3 +113,44 @@ def test_flex_needs_tp_1():
         Plan(tp=2, ep=8, dp=8, moe_dispatcher="flex")
     with pytest.raises(InvalidInputError, match="moe_dispatcher"):
         Plan(moe_dispatcher="deepep")
+    Plan(tp=2, dp=4, moe_dispatcher="flex")        # no expert parallelism: nothing to refuse
+
+
+def test_roofline_prices_flex_ops_as_the_step_does():
+    """The bottleneck report's per-op rows (planning.whatif) go through the same pricing as
+    the step (cost.layer.comm_op_cost), so a flex dispatch is not a plain all-to-all there."""
+    from simulator.cost.layer import comm_op_cost
+    from simulator.planning.whatif import roofline_ops
+    m, p, cl, prof = _dsv3_plan("flex")
+    rows = {r.name: r for r in roofline_ops(m, p, cl, prof) if r.where == "moe-layer"}
+    groups = place_groups(cl, p)
+    sh = LayerShape(1, m.seq_len, ep=64, moe_dispatcher="flex")
+    op = next(o for o in layer_ops(m, sh, m.n_layers - 1) if o.name == "ep_dispatch")
+    assert rows["ep_dispatch"].time_s == pytest.approx(comm_op_cost(op, groups, prof).time_s)
+
+
+def test_flex_reaches_search_api_and_launch_files():
+    """The dispatcher travels through the search space (no tp > 1 shape with ep > 1), the
+    Python API's config and the launch files it writes."""
+    from simulator.api.config import TrainingConfig
+    from simulator.api.transformer_flow import config_of, plan_of
+    from simulator.planning.launch_args import megatron_args
+    from simulator.planning.launch_frameworks import nemo_recipe
+    from simulator.search.space import SearchSpace, enumerate_shapes, make_plan, Knobs
+    from simulator.parallel.plan import Recompute
+    from simulator.hardware.specs import Dtype
+    m = get_preset("qwen3-30b-a3b")
+    space = SearchSpace(moe_dispatcher="flex")
+    shapes = list(enumerate_shapes(m, 16, space))
+    assert shapes and not [s for s in shapes if s.tp > 1 and s.ep > 1]
+    assert any(s.tp > 1 for s in enumerate_shapes(m, 16, SearchSpace()) if s.ep > 1)
+    plan = make_plan(shapes[-1], Knobs(1, 1, 0, Recompute.NONE, False, Dtype.BF16), 64, space)
+    assert plan.moe_dispatcher == "flex"
+    cfg = TrainingConfig(n_gpus=16, ep=8, moe_dispatcher="flex")
+    assert plan_of(cfg).moe_dispatcher == "flex"
+    assert config_of(plan_of(cfg), cfg, "h100-sxm", 16).moe_dispatcher == "flex"
+    p = plan_of(cfg)
+    assert "--moe-token-dispatcher-type flex" in " ".join(megatron_args(m, p))
+    assert "moe_token_dispatcher_type='flex'" in nemo_recipe(m, p, 2, 8)        # GPTConfig
+    dsv3 = nemo_recipe(get_preset("deepseek-v3"), replace(p, ep=16), 2, 8)    # its recipe
+    assert "recipe.model.config.moe_token_dispatcher_type = 'flex'" in dsv3

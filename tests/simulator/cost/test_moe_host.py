@@ -60,13 +60,29 @@ def test_op_graph_block_ops_are_subtracted():
     sh = LayerShape(micro_batch=1, seq_len=128)
     fwd = layer_ops(MOE, sh, layer=MOE.first_layer(True))
     bwd = backward_ops(fwd)
-    assert {o.name for o in fwd} >= set(MOE_BLOCK_OPS)
+    # the all-to-all path has every block op but the flex path's unpermute
+    assert {o.name for o in fwd} >= set(MOE_BLOCK_OPS) - {"moe_unpermute"}
     m = HOST.mechanisms["mcore_moe_layer"]
     mh = moe_layer_host(MECH, fwd, bwd)
     assert mh.fwd == pytest.approx(m.moe_layer_fwd_eager_ops - 4)
     assert mh.pre_sync_fwd == pytest.approx(m.moe_pre_sync_fwd_eager_ops - 2)
     assert mh.bwd == pytest.approx(m.moe_layer_bwd_eager_ops - 5)
     assert moe_layer_host(("te_modules",), fwd, bwd) == MoEHost()
+
+
+def test_flex_block_ops_are_subtracted_once():
+    """The flex path (no probability all-to-all, no chunk sort) puts its unpermute where the
+    all-to-all path's combine is: the same four forward ops are subtracted (review of
+    58a4019: the unpermute was charged twice)."""
+    sh = LayerShape(micro_batch=1, seq_len=128, ep=2, moe_dispatcher="flex")
+    fwd = layer_ops(MOE, sh, layer=MOE.first_layer(True))
+    bwd = backward_ops(fwd)
+    names = {o.name for o in fwd}
+    assert "moe_unpermute" in names and "moe_combine" not in names
+    m = HOST.mechanisms["mcore_moe_layer"]
+    mh = moe_layer_host(MECH, fwd, bwd)
+    assert mh.fwd == pytest.approx(m.moe_layer_fwd_eager_ops - 4)
+    assert mh.bwd == pytest.approx(m.moe_layer_bwd_eager_ops - 5)
 
 
 def _post(n: int) -> list[Op]:
