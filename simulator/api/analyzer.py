@@ -20,7 +20,7 @@ shows which single change moved what.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -146,6 +146,9 @@ class ComplexityAnalyzer:
                 raise InvalidInputError(unknown[0], options[unknown[0]], "a SearchOptions field: "
                                         + ", ".join(SearchOptions.__dataclass_fields__))
             opts = SearchOptions(**{**self.options.__dict__, **options})
+            if "space" not in options:             # the config's dispatcher, unless told
+                opts = replace(opts, space=replace(opts.space,
+                                                   moe_dispatcher=base.moe_dispatcher))
             best, self.last_search = transformer_flow.tune(cur.spec, base, targets, opts)
             found = self.last_search.to_dict()
             w = self.last_search.winner.to_dict()

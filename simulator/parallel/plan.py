@@ -227,6 +227,10 @@ def _check_model_split(plan: Plan, model: TransformerSpec) -> None:
                                 f"a divisor of moe_experts={model.moe.experts}: {_divisors(model.moe.experts)}")
     if (plan.dp * plan.cp) % plan.ep:
         raise InvalidInputError("ep", plan.ep, f"a divisor of dp*cp={plan.dp * plan.cp}")
+    if plan.moe_dispatcher == "flex" and (plan.ep == 1 or plan.tp > 1):
+        raise InvalidInputError("moe_dispatcher", "flex", "ep > 1 and tp = 1 for an MoE model "
+                                "(Megatron's flex dispatcher needs TP x EP > 1; expert tensor "
+                                "parallelism under it is not modelled)")
 
 
 def _check_batch(plan: Plan) -> None:

@@ -79,7 +79,7 @@ class SearchSpace:
     dp_overlap: bool = True
     tp_overlap: bool = False
     prune_dominated: bool = True
-    moe_dispatcher: str = "alltoall"          # "flex" (DeepEP): only tp = 1 where ep > 1
+    moe_dispatcher: str = "alltoall"          # "flex" (DeepEP): MoE shapes with tp 1, ep > 1
 
     def __post_init__(self) -> None:
         for name in ("micro_batches", "vpps"):
@@ -107,7 +107,7 @@ class SearchSpace:
             "sequence parallel only when tp > 1; ZeRO-3 only when pp == 1",
             f"attention={self.attention.value} dp_overlap={self.dp_overlap} "
             f"tp_overlap={self.tp_overlap} moe_dispatcher={self.moe_dispatcher} (fixed for "
-            "the whole search; flex: tp = 1 where ep > 1)",
+            "the whole search; flex: tp = 1 and ep > 1 for MoE models)",
         ]
 
 
@@ -149,7 +149,8 @@ def enumerate_shapes(model: TransformerSpec, n_gpus: int, space: SearchSpace) ->
             for pp in _divisors(rest):
                 dp = rest // pp
                 for ep in _ep_options(model, dp, cp):
-                    if not (space.moe_dispatcher == "flex" and tp > 1 and ep > 1):
+                    if not (space.moe_dispatcher == "flex" and model.moe is not None
+                            and (tp > 1 or ep == 1)):
                         yield Shape(tp, cp, pp, dp, ep)
 
 

@@ -13,6 +13,9 @@ independent). The expected maximum over ``n`` ranks of a normal load is
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from itertools import combinations
+from math import comb
 from statistics import NormalDist
 
 
@@ -50,22 +53,55 @@ def expected_distinct(bins: float, draws: int, pool: float) -> float:
     return bins * (1.0 - miss)
 
 
+def _miss(pool: int, c: int, draws: int) -> float:
+    """P(none of ``c`` marked items among ``draws`` drawn without replacement from ``pool``)."""
+    if c <= 0:
+        return 1.0
+    out = 1.0
+    for i in range(draws):
+        if pool - c - i <= 0:
+            return 0.0
+        out *= (pool - c - i) / (pool - i)
+    return out
+
+
+def _bins_hit(top_k: int, experts: int, groups: int, group_topk: int, bins: int) -> float:
+    """Expected distinct bins (ranks or nodes, contiguous expert ranges) a token's experts
+    fall on: exact, averaging over every choice of ``group_topk`` groups the sum over bins of
+    P(bin hit) = 1 - C(pool - c_b, k) / C(pool, k), ``c_b`` the bin's candidate experts."""
+    limited = 0 < group_topk < groups
+    g_of = (lambda e: e * groups // experts) if limited else (lambda e: 0)
+    n_g = groups if limited else 1
+    cnt = [[0] * bins for _ in range(n_g)]
+    for e in range(experts):
+        cnt[g_of(e)][e * bins // experts] += 1
+    choices = list(combinations(range(n_g), group_topk if limited else 1))
+    total = 0.0
+    for chosen in choices:
+        per_bin = [sum(cnt[g][b] for g in chosen) for b in range(bins)]
+        pool = sum(per_bin)
+        total += sum(1.0 - _miss(pool, c, min(top_k, pool)) for c in per_bin)
+    return total / len(choices)
+
+
+@lru_cache(maxsize=4096)
 def flex_destinations(top_k: int, experts: int, groups: int, group_topk: int, ranks: int,
                       nodes: int) -> tuple[float, float]:
     """(distinct destination ranks, distinct destination nodes) per token when its ``top_k``
     experts are chosen uniformly from the candidate experts: all ``experts``, or with
     group-limited routing (``group_topk`` of ``groups`` groups, DeepSeek's node-limited
-    routing) the chosen groups' experts, contiguous groups laid over ranks and nodes in
-    order. A token goes once to each rank (experts of one rank share the copy) and once to
-    each node (the sender's own counted, as DeepEP's RDMA channel carries it)."""
+    routing) the chosen groups' experts; groups, ranks and nodes hold contiguous expert
+    ranges. A token goes once to each rank (experts of one rank share the copy) and once to
+    each node (the sender's own counted, as DeepEP's RDMA channel carries it). Exact
+    (``_bins_hit``) up to ``MAX_GROUP_CHOICES`` group choices; beyond, each group choice is
+    taken to fill whole bins (``expected_distinct``)."""
     limited = 0 < group_topk < groups
-    pool = experts * group_topk / groups if limited else float(experts)
+    if not limited or comb(groups, group_topk) <= MAX_GROUP_CHOICES:
+        return (_bins_hit(top_k, experts, groups, group_topk, ranks),
+                _bins_hit(top_k, experts, groups, group_topk, nodes))
+    pool = experts * group_topk / groups
+    return (expected_distinct(min(ranks, pool * ranks / experts), top_k, pool),
+            expected_distinct(min(nodes, pool * nodes / experts), top_k, pool))
 
-    def hit(bins: int) -> float:
-        per = experts / bins
-        if limited and experts / groups < per:     # several groups per bin: the chosen groups
-            span = expected_distinct(bins, group_topk, groups)     # fall on this many bins
-        else:
-            span = pool / per if pool >= per else 1.0
-        return expected_distinct(span, top_k, pool)
-    return hit(ranks), hit(nodes)
+
+MAX_GROUP_CHOICES = 5000

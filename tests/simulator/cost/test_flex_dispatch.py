@@ -56,13 +56,15 @@ def test_expected_distinct_matches_sampling(bins, draws, pool):
     (6, 64, 8, 3, 32, 2),       # several groups per node
     (8, 256, 8, 4, 4, 1),       # several groups per rank (DeepSeek-V3 at EP4)
     (8, 256, 8, 4, 2, 1),       # ... and at EP2
+    (6, 160, 8, 3, 80, 10),     # groups straddling nodes (DeepSeek-V2 shape, EP80)
+    (6, 160, 8, 3, 40, 5),
 ])
 def test_flex_destinations_match_sampled_routing(top_k, experts, groups, group_topk, ranks,
                                                  nodes):
     want = _sampled(top_k, experts, groups, group_topk, ranks, nodes)
     got = flex_destinations(top_k, experts, groups, group_topk, ranks, nodes)
-    assert got[0] == pytest.approx(want[0], rel=0.03)
-    assert got[1] == pytest.approx(want[1], rel=0.03)
+    assert got[0] == pytest.approx(want[0], rel=0.015)     # sampling noise (4000 tokens)
+    assert got[1] == pytest.approx(want[1], rel=0.015)
 
 
 def test_rdma_leg_against_deepep_internode_benchmarks():
@@ -154,3 +156,28 @@ def test_flex_reaches_search_api_and_launch_files():
     assert "moe_token_dispatcher_type='flex'" in nemo_recipe(m, p, 2, 8)        # GPTConfig
     dsv3 = nemo_recipe(get_preset("deepseek-v3"), replace(p, ep=16), 2, 8)    # its recipe
     assert "recipe.model.config.moe_token_dispatcher_type = 'flex'" in dsv3
+
+
+def test_flex_needs_expert_parallelism_for_moe_and_tune_keeps_it(tmp_path):
+    """Megatron's flex dispatcher asserts TP x EP > 1 and expert TP under it is not modelled:
+    an MoE plan under flex needs ep > 1 and tp = 1 (the search enumerates only those), and
+    the analyzer's auto_tune keeps the config's dispatcher (review of 4e81c14)."""
+    from simulator.parallel.plan import validate
+    from simulator.search.space import SearchSpace, enumerate_shapes
+    m = get_preset("qwen3-30b-a3b")
+    cl = make_cluster("h100-sxm", 16)
+    for bad in (Plan(dp=16, global_batch=16, moe_dispatcher="flex"),
+                Plan(tp=2, dp=8, global_batch=16, moe_dispatcher="flex")):
+        with pytest.raises(InvalidInputError, match="moe_dispatcher"):
+            validate(bad, m, cl)
+    assert all(s.tp == 1 and s.ep > 1
+               for s in enumerate_shapes(m, 16, SearchSpace(moe_dispatcher="flex")))
+    validate(Plan(tp=2, dp=8, global_batch=16, moe_dispatcher="flex"), get_preset("llama3-8b"),
+             cl)                                    # dense: the dispatcher does not apply
+    from simulator.api.analyzer import ComplexityAnalyzer
+    from simulator.search.driver import SearchOptions
+    a = ComplexityAnalyzer(ledger=tmp_path / "ledger",
+                           options=SearchOptions(workers=1, event_top=2, event_max=2))
+    a.analyze_model("qwen3-30b-a3b", n_gpus=16, ep=4, global_batch=128, moe_dispatcher="flex")
+    best = a.auto_tune({"gpu": "h100-sxm", "n_gpus": 16})
+    assert best.moe_dispatcher == "flex" and best.tp == 1 and best.ep > 1
