@@ -284,3 +284,7 @@ def first_op_share(host_ops: float) -> float:
 
 def sync_at_p2p(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].sync_at_p2p for n in names)
+
+
+def launch_blocking(names: tuple[str, ...]) -> bool:
+    return any(HOST.mechanisms[n].launch_blocking for n in names)

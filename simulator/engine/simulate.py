@@ -6,8 +6,10 @@ uses the closed form (fast ranking in searches). Both price the same per-stage w
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ..boundary.limits import check_event_slots
+from ..cost.host import launch_blocking
 from ..errors import InvalidInputError
 from ..frameworks.defaults import schedule_note
 from ..hardware.profile import Profile
@@ -55,6 +57,7 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     if engine not in ("event", "analytic"):
         raise InvalidInputError("engine", engine, "event or analytic")
     validate(plan, model, cluster)
+    profile = _host_for(plan, profile)
     if engine == "event":
         check_event_slots(plan.num_microbatches * plan.pp * plan.vpp,
                           f"{plan.global_batch} (micro-batch {plan.micro_batch}, dp {plan.dp}, "
@@ -191,6 +194,15 @@ def _fbw(chunks: list[ChunkWork], share: float) -> tuple[float, float, float]:
     f = share * sum(c.fwd.total_s for c in chunks)
     w = share * sum(c.wgrad.total_s for c in chunks)
     return f, share * sum(c.bwd.total_s for c in chunks) - w, w
+
+
+def _host_for(plan: Plan, prof: Profile) -> Profile:
+    """The profile whose host model the plan's mechanisms imply: ``CUDA_LAUNCH_BLOCKING``
+    (``frameworks.json`` "cuda_launch_blocking") makes the host synchronous, as on a CPU
+    device: every pass costs its host time plus its device time, in both engines."""
+    if prof.host is None or prof.host.synchronous or not launch_blocking(plan.host_mechanisms):
+        return prof
+    return replace(prof, host=replace(prof.host, synchronous=True))
 
 
 # ---- result ---------------------------------------------------------------------------------

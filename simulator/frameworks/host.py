@@ -53,7 +53,9 @@ class HostMechanism:
     layer and pass as the framework issues it (the op graph's own MoE-block ops are
     subtracted where charged), ``moe_pre_sync_fwd_eager_ops`` of it issued before
     ``moe_sync_fwd``: the host waits for the device inside every MoE layer's forward
-    (Megatron-Core's token dispatcher copies counts to the host)."""
+    (Megatron-Core's token dispatcher copies counts to the host); ``launch_blocking``: every
+    kernel launch returns only when the kernel has finished (``CUDA_LAUNCH_BLOCKING=1``), so
+    the host never runs ahead: each pass costs its host time plus its device time."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -80,6 +82,7 @@ class HostMechanism:
     moe_sync_fwd: bool = False
     lead_layers: int = -1
     sync_at_p2p: bool = False
+    launch_blocking: bool = False
     why: str = ""
 
 

@@ -137,9 +137,10 @@ def test_host_facts_follow_framework_aliases_and_plans():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "llm-foundry").host_mechanisms == ("fsdp1_unit",)
     assert with_framework(base, "megatron-deepspeed").host_mechanisms == \
-        ("deepspeed_bf16_grad_loop",)
+        ("deepspeed_bf16_grad_loop", "cuda_launch_blocking")
     fp16 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16")
-    assert with_framework(fp16, "megatron-deepspeed").host_mechanisms == ()   # bf16 only
+    assert with_framework(fp16, "megatron-deepspeed").host_mechanisms == \
+        ("cuda_launch_blocking",)                 # the gradient loop is bf16 only
     kept = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16", host_mode="compiled")
     assert with_framework(kept, "nemo", {"host_mode"}).host_mode == "compiled"
     assert with_framework(kept, "nemo").host_mode == "eager"

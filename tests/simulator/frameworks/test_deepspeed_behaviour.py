@@ -60,3 +60,23 @@ def test_deepspeed_reduction_after_backward_is_never_faster():
     hidden = simulate(model, replace(p, dp_overlap=True), cl, prof)
     assert exposed.step_time_s > hidden.step_time_s
     assert exposed.breakdown.dp_comm_s > hidden.breakdown.dp_comm_s
+
+
+def test_bloom_launch_blocking_makes_the_host_synchronous():
+    """BLOOM's training script sets CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm): every
+    launch waits for its kernel, so each pass costs its host time plus its device time,
+    exactly as a synchronous-host profile prices it, in both engines; never faster than the
+    asynchronous host."""
+    model = get_preset("llama2-7b")
+    cl = make_cluster("a100-sxm-80gb", 16)
+    prof = hardware_db.load_profile("a100-sxm-80gb")
+    p = with_framework(Plan(tp=2, pp=2, dp=4, micro_batch=1, global_batch=16), "megatron-deepspeed")
+    assert "cuda_launch_blocking" in p.host_mechanisms
+    sync = replace(prof, host=replace(prof.host, synchronous=True))
+    free = replace(p, host_mechanisms=tuple(m for m in p.host_mechanisms
+                                            if m != "cuda_launch_blocking"))
+    for engine in ("event", "analytic"):
+        blocked = simulate(model, p, cl, prof, engine=engine).step_time_s
+        assert blocked == pytest.approx(simulate(model, free, cl, sync, engine=engine).step_time_s)
+        assert blocked > simulate(model, free, cl, prof, engine=engine).step_time_s
+    assert not prof.host.synchronous                  # the shipped profile is not changed
