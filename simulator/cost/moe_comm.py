@@ -42,7 +42,11 @@ def flex_legs(r: FlexRouting, g: GroupPlacement) -> tuple[float, float]:
 def flex_leg_costs(r: FlexRouting, g: GroupPlacement, prof: Profile
                    ) -> tuple[CollectiveCost | None, CollectiveCost | None]:
     """(NVLink leg, RDMA leg) priced on their sub-groups; None where the group has none."""
-    nvl_bytes, rdma_bytes = flex_legs(r, g)
+    return _leg_costs(*flex_legs(r, g), g, prof)
+
+
+def _leg_costs(nvl_bytes: float, rdma_bytes: float, g: GroupPlacement, prof: Profile
+               ) -> tuple[CollectiveCost | None, CollectiveCost | None]:
     per, d = g.members_per_domain, g.domains
     intra = rail = None
     if per > 1:                                   # all-to-all inside one node
@@ -63,11 +67,12 @@ def flex_cost(r: FlexRouting, g: GroupPlacement, prof: Profile) -> CollectiveCos
     """The slower of the two legs, with both legs' link time counted."""
     if g.size <= 1 or g.shape is None or g.fabric is None:
         return CollectiveCost(Collective.ALL_TO_ALL, 0.0, max(1, g.size), 0.0, "none", "-", "-")
-    legs = [c for c in flex_leg_costs(r, g, prof) if c is not None]
+    nvl_bytes, rdma_bytes = flex_legs(r, g)
+    legs = [c for c in _leg_costs(nvl_bytes, rdma_bytes, g, prof) if c is not None]
     slow = max(legs, key=lambda c: c.time_s)
     busy: dict[str, float] = {}
     for c in legs:
         for tier, sec in c.tier_busy_s:
             busy[tier] = busy.get(tier, 0.0) + sec
-    return replace(slow, size_bytes=flex_legs(r, g)[0], n=g.size,
+    return replace(slow, size_bytes=nvl_bytes, n=g.size,
                    algorithm=f"flex ({slow.algorithm})", tier_busy_s=tuple(sorted(busy.items())))

@@ -42,6 +42,19 @@ class AttentionImpl(str, Enum):
 MOE_DISPATCHERS = ("alltoall", "flex")
 
 
+def check_moe_dispatcher(value: str) -> None:
+    """Raise ``InvalidInputError`` unless ``value`` names a dispatcher we price."""
+    if value not in MOE_DISPATCHERS:
+        raise InvalidInputError("moe_dispatcher", value, "one of " + ", ".join(MOE_DISPATCHERS))
+
+
+def flex_fits(model: TransformerSpec, tp: int, ep: int) -> bool:
+    """Whether an MoE model can run Megatron's flex dispatcher at this split as modelled:
+    it needs TP x EP > 1, and expert tensor parallelism under it is not modelled, so
+    ep > 1 and tp = 1 (dense models: always)."""
+    return model.moe is None or (ep > 1 and tp == 1)
+
+
 @dataclass(frozen=True)
 class Plan:
     """How one training step is laid over the GPUs.
@@ -117,9 +130,7 @@ class Plan:
             raise InvalidInputError("grad_accum_bytes_per_param", self.grad_accum_bytes_per_param,
                                    "bytes per parameter >= 0")
         self._check_host()
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise InvalidInputError("moe_dispatcher", self.moe_dispatcher,
-                                    "one of " + ", ".join(MOE_DISPATCHERS))
+        check_moe_dispatcher(self.moe_dispatcher)
         if self.moe_dispatcher == "flex" and self.tp > 1 and self.ep > 1:
             raise InvalidInputError("moe_dispatcher", "flex", "tp=1 (the flex dispatcher's "
                                     "expert tensor parallelism is not modelled)")
@@ -227,7 +238,7 @@ def _check_model_split(plan: Plan, model: TransformerSpec) -> None:
                                 f"a divisor of moe_experts={model.moe.experts}: {_divisors(model.moe.experts)}")
     if (plan.dp * plan.cp) % plan.ep:
         raise InvalidInputError("ep", plan.ep, f"a divisor of dp*cp={plan.dp * plan.cp}")
-    if plan.moe_dispatcher == "flex" and (plan.ep == 1 or plan.tp > 1):
+    if plan.moe_dispatcher == "flex" and not flex_fits(model, plan.tp, plan.ep):
         raise InvalidInputError("moe_dispatcher", "flex", "ep > 1 and tp = 1 for an MoE model "
                                 "(Megatron's flex dispatcher needs TP x EP > 1; expert tensor "
                                 "parallelism under it is not modelled)")

@@ -31,7 +31,15 @@ from ..errors import InvalidInputError
 from ..hardware.specs import ClusterSpec, Dtype
 from ..memory.accounting import StageMemory, live_chunk_counts, stage_memory
 from ..memory.chunk import chunk_memory, layer_kind_counts
-from ..parallel.plan import MOE_DISPATCHERS, AttentionImpl, Plan, Recompute, Schedule, validate
+from ..parallel.plan import (
+    AttentionImpl,
+    Plan,
+    Recompute,
+    Schedule,
+    check_moe_dispatcher,
+    flex_fits,
+    validate,
+)
 from ..parallel.schedule import chunk_parts
 from ..workload.ops import LayerShape
 from ..workload.spec import TransformerSpec
@@ -91,9 +99,7 @@ class SearchSpace:
         object.__setattr__(self, "recomputes", tuple(Recompute(r) for r in self.recomputes))
         object.__setattr__(self, "precisions", tuple(Dtype(p) for p in self.precisions))
         object.__setattr__(self, "attention", AttentionImpl(self.attention))
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise InvalidInputError("moe_dispatcher", self.moe_dispatcher,
-                                    "one of " + ", ".join(MOE_DISPATCHERS))
+        check_moe_dispatcher(self.moe_dispatcher)
         if not self.recomputes or not self.precisions:
             raise InvalidInputError("recomputes/precisions", "()", "at least one value each")
 
@@ -149,8 +155,7 @@ def enumerate_shapes(model: TransformerSpec, n_gpus: int, space: SearchSpace) ->
             for pp in _divisors(rest):
                 dp = rest // pp
                 for ep in _ep_options(model, dp, cp):
-                    if not (space.moe_dispatcher == "flex" and model.moe is not None
-                            and (tp > 1 or ep == 1)):
+                    if space.moe_dispatcher != "flex" or flex_fits(model, tp, ep):
                         yield Shape(tp, cp, pp, dp, ep)
 
 

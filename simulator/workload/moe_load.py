@@ -43,17 +43,10 @@ def expected_distinct(bins: float, draws: int, pool: float) -> float:
     ``bins * (1 - C(pool - pool/bins, draws) / C(pool, draws))``."""
     if bins <= 1:
         return min(1.0, float(bins))
-    per = pool / bins
-    miss = 1.0
-    for i in range(min(draws, int(pool))):
-        left = pool - per - i
-        if left <= 0:
-            return float(bins)
-        miss *= left / (pool - i)
-    return bins * (1.0 - miss)
+    return bins * (1.0 - _miss(pool, pool / bins, min(draws, int(pool))))
 
 
-def _miss(pool: int, c: int, draws: int) -> float:
+def _miss(pool: float, c: float, draws: int) -> float:
     """P(none of ``c`` marked items among ``draws`` drawn without replacement from ``pool``)."""
     if c <= 0:
         return 1.0
