@@ -288,3 +288,20 @@ def sync_at_p2p(names: tuple[str, ...]) -> bool:
 
 def launch_blocking(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].launch_blocking for n in names)
+
+
+def reduce_prep_ops(names: tuple[str, ...], params: float, layers: int, compute_bytes: int,
+                    reduce_bytes: int) -> list[Op]:
+    """Bandwidth-bound passes the mechanisms run over ``params`` unsharded gradients on the
+    reduce-scatter's own stream, before it and in series with it (FSDP1): a cast from the
+    ``compute_bytes``-byte compute dtype to the ``reduce_bytes``-byte reduce dtype where they
+    differ (read one, write the other), and an in-place pre-division (read and write the
+    reduce dtype); one kernel per layer (unit) each."""
+    ops = []
+    for name in names:
+        m = HOST.mechanisms[name]
+        if m.reduce_stream_cast and compute_bytes != reduce_bytes:
+            ops += _copy_op(f"{name}_reduce_cast", params, compute_bytes + reduce_bytes, layers)
+        if m.reduce_stream_predivide:
+            ops += _copy_op(f"{name}_reduce_predivide", params, 2.0 * reduce_bytes, layers)
+    return ops

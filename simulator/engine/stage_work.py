@@ -23,6 +23,7 @@ from ..cost.host import (
     mechanisms_host,
     moe_layer_host,
     param_tensors,
+    reduce_prep_ops,
 )
 from ..cost.layer import (
     PassCost,
@@ -288,7 +289,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     _add_per_param_work(fwd, (bwd, wgrad), params, (len(layers), tensors, calls), plan,
                         cluster, prof, groups)
     if plan.zero_stage >= 3:
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof)
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
@@ -357,21 +358,29 @@ def fsdp_per_step(plan: Plan) -> float:
 
 
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
-                   groups: dict[str, GroupPlacement], prof: Profile) -> None:
+                   groups: dict[str, GroupPlacement], prof: Profile,
+                   cluster: ClusterSpec) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
     each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather.
     Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
     forwards, no re-gather in backward, and the reduce-scatter exposed (the final
-    post-backward callback makes the compute stream wait for it), spread likewise."""
+    post-backward callback makes the compute stream wait for it), spread likewise. The
+    mechanisms' passes on the reduce-scatter's stream (``cost.host.reduce_prep_ops``: FSDP1's
+    cast and pre-division) run in series with it."""
     g = groups["dp"]
     once = fsdp_once_per_step(plan)
     f = fsdp_per_step(plan)
     regather = 0.0 if once else 1.0
-    w_bytes = params * (4 if plan.precision.value == "fp32" else 2)
+    c_bytes = 4 if plan.precision.value == "fp32" else 2
+    w_bytes = params * c_bytes
     r_bytes = params * grad_reduce_bytes(plan)
     ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
     rs_cost = group_collective(Collective.REDUCE_SCATTER, r_bytes, g, prof)
-    ag, rs = ag_cost.time_s, rs_cost.time_s
+    prep = reduce_prep_ops(plan.host_mechanisms, params, n_layers, c_bytes,
+                           grad_reduce_bytes(plan))
+    ag = ag_cost.time_s
+    rs = rs_cost.time_s + (pass_cost(prep, cluster.gpu, prof, groups, False).compute_s
+                           if prep else 0.0)
     fwd.add_link_busy(ag_cost, f)
     bwd.add_link_busy(ag_cost, regather)
     bwd.add_link_busy(rs_cost, f)

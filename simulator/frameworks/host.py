@@ -55,7 +55,12 @@ class HostMechanism:
     ``moe_sync_fwd``: the host waits for the device inside every MoE layer's forward
     (Megatron-Core's token dispatcher copies counts to the host); ``launch_blocking``: every
     kernel launch returns only when the kernel has finished (``CUDA_LAUNCH_BLOCKING=1``), so
-    the host never runs ahead: each pass costs its host time plus its device time."""
+    the host never runs ahead: each pass costs its host time plus its device time;
+    ``reduce_stream_cast`` / ``reduce_stream_predivide``: before each gradient
+    reduce-scatter, on the stream that issues it (in series with it, beside the compute),
+    the unsharded gradient is cast from the compute dtype to the reduce dtype where they
+    differ, and divided in place by the pre-divide factor (FSDP1's ``_post_backward_hook``
+    and ``_reduce_grad``)."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -83,6 +88,8 @@ class HostMechanism:
     lead_layers: int = -1
     sync_at_p2p: bool = False
     launch_blocking: bool = False
+    reduce_stream_cast: bool = False
+    reduce_stream_predivide: bool = False
     why: str = ""
 
 

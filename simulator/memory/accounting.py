@@ -196,7 +196,8 @@ def _compute_param_bytes(plan: Plan) -> float:
 def grad_reduce_bytes(plan: Plan) -> int:
     """fp32 main-grad reduction (Megatron, DeepSpeed); under FSDP mixed precision the
     framework's reduce dtype (``MemoryConventions.fsdp_reduce_fp32``: fp32 in torchtitan /
-    FSDP2's usual policy, 16-bit in llm-foundry's PURE)."""
+    FSDP2's usual policy and Composer's DEFAULT, which llm-foundry's benchmarks ran; 16-bit
+    under Composer's PURE)."""
     if plan.zero_stage >= 3:
         return 4 if plan.precision.value == "fp32" or plan.memory.fsdp_reduce_fp32 else 2
     return 4

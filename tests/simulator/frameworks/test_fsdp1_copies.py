@@ -1,0 +1,171 @@
+"""FSDP1's device passes (``frameworks.json`` host mechanism ``fsdp1_unit``) against the
+framework itself: ``FullyShardedDataParallel`` runs here on a CPU over a fake process group
+with Composer's DEFAULT mixed precision (bf16 parameters, fp32 reduction), and every aten op
+of the backward is recorded by a ``TorchDispatchMode``. The bytes of the gradient cat
+(autograd's backward of the flat parameter's split), the cast to the reduce dtype and the
+in-place pre-division are counted per parameter and compared with the mechanism's
+``device_bytes_per_param_bwd`` and with ``cost.host.reduce_prep_ops``. Then the simulator's
+FSDP reduce-scatter lane is checked to carry those passes in series.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hardware_db  # noqa: E402
+from simulator.cost.host import device_copy_ops, reduce_prep_ops  # noqa: E402
+from simulator.frameworks import HOST  # noqa: E402
+
+WORLD = 4
+
+
+@pytest.fixture
+def fake_world():
+    """A fake process group of ``WORLD`` ranks (no communication), torn down afterwards
+    unless another test had one up already."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    ours = not dist.is_initialized()
+    if ours:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+    yield dist.get_world_size()
+    if ours:
+        dist.destroy_process_group()
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(y) for y in x)
+    return 0
+
+
+def _backward_traffic(use_orig_params: bool, reduce_dtype) -> tuple[dict, int, int]:
+    """{aten op: [calls, input bytes, output bytes]} over one FSDP1 backward (the second
+    step's, after warm-up), the model's parameter count and its blocks' (FSDP units)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from calibrate.bench_host import probe_spec
+    from calibrate.torch_model import build_model, synthetic_batch
+    spec = probe_spec(3)
+    model = build_model(spec)
+    total = sum(p.numel() for p in model.parameters())
+    mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype,
+                        buffer_dtype=torch.bfloat16)
+    fsdp = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD, mixed_precision=mp,
+                auto_wrap_policy=ModuleWrapPolicy({type(model.blocks[0])}),
+                device_id=torch.device("cpu"), use_orig_params=use_orig_params)
+    tokens, targets = synthetic_batch(spec, 1)
+
+    class Spy(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: dict[str, list[int]] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            a = self.ops.setdefault(func.__name__.split(".")[0], [0, 0, 0])
+            a[0] += 1
+            a[1] += _nbytes(list(args) + list((kwargs or {}).values()))
+            a[2] += _nbytes(out)
+            return out
+
+    for _ in range(2):
+        loss = fsdp(tokens, targets)
+        spy = Spy()
+        with spy:
+            loss.backward()
+        fsdp.zero_grad(set_to_none=True)
+    return spy.ops, total, len(model.blocks) + 1
+
+
+def _model_cats() -> float:
+    """Bytes the bare model's own backward moves in cat (its fused qkv split): subtracted."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from calibrate.bench_host import probe_spec
+    from calibrate.torch_model import build_model, synthetic_batch
+    spec = probe_spec(3)
+    model = build_model(spec).to(torch.bfloat16)
+    tokens, targets = synthetic_batch(spec, 1)
+    moved = [0.0]
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.startswith("cat"):
+                moved[0] += _nbytes(args[0]) + _nbytes(out)
+            return out
+
+    loss = model(tokens, targets)
+    with Spy():
+        loss.backward()
+    return moved[0]
+
+
+@pytest.mark.parametrize("use_orig_params", [True, False])
+def test_fsdp1_backward_passes_per_parameter_match_the_mechanism(fake_world, use_orig_params):
+    ops, total, units = _backward_traffic(use_orig_params, torch.float32)
+    m = HOST.mechanisms["fsdp1_unit"]
+    # compute stream: one cat per unit of the 16-bit gradients into the flat gradient
+    cat_bytes = ops["cat"][1] + ops["cat"][2] - _model_cats()
+    assert cat_bytes / total == pytest.approx(m.device_bytes_per_param_bwd, rel=0.08)
+    assert ops["cat"][0] - 3 == units * m.device_kernels_per_layer_bwd   # 3: the model's qkv
+    c = device_copy_ops(("fsdp1_unit",), total, units, 0)
+    assert not c.fwd and not c.first
+    assert c.rest[0].bytes_moved == pytest.approx(4.0 * total)
+    # post-backward stream: bf16 -> fp32 cast (2 + 4 B) and the in-place pre-division of
+    # the fp32 unsharded gradient (4 + 4 B) plus the shard's post-division (2 x 4 / WORLD)
+    assert (ops["_to_copy"][1] + ops["_to_copy"][2]) / total == pytest.approx(6.0, rel=0.02)
+    div = (ops["div_"][1] + ops["div_"][2]) / total
+    assert div == pytest.approx(8.0 + 8.0 / fake_world, rel=0.02)
+    prep = {o.name: o.bytes_moved / total
+            for o in reduce_prep_ops(("fsdp1_unit",), total, units, 2, 4)}
+    assert prep == pytest.approx({"fsdp1_unit_reduce_cast": 6.0,
+                                  "fsdp1_unit_reduce_predivide": 8.0})
+
+
+def test_fsdp1_pure_mixed_precision_has_no_cast(fake_world):
+    """Reducing in bf16 (Composer's PURE): no full-size cast, and the pre-division moves
+    2 x 2 B per parameter."""
+    ops, total, units = _backward_traffic(True, torch.bfloat16)
+    # only the reduced shard is cast back to the fp32 parameters' dtype (2 + 4 B / WORLD)
+    cast = (ops["_to_copy"][1] + ops["_to_copy"][2]) / total
+    assert cast == pytest.approx(6.0 / fake_world, rel=0.02)
+    div = (ops["div_"][1] + ops["div_"][2]) / total
+    assert div == pytest.approx(4.0 + 4.0 / fake_world, rel=0.02)
+    prep = reduce_prep_ops(("fsdp1_unit",), total, units, 2, 2)
+    assert [o.name for o in prep] == ["fsdp1_unit_reduce_predivide"]
+    assert prep[0].bytes_moved == pytest.approx(4.0 * total)
+
+
+def test_fsdp_reduce_scatter_lane_carries_the_prep_passes_in_series():
+    """The chunk's backward FSDP lane = re-gather + reduce-scatter + the prep passes at the
+    GPU's copy bandwidth; without the mechanism the passes are gone."""
+    from simulator.engine.stage_work import build_chunks, place_groups
+    from simulator.parallel.framework_plan import with_framework
+    from simulator.parallel.plan import Plan
+    from simulator.workload.presets import get_preset
+    model = get_preset("llama2-7b")
+    cl = hardware_db.build_cluster("h100-sxm", 16)
+    prof = hardware_db.load_profile("h100-sxm")
+    base = with_framework(Plan(dp=16, micro_batch=1, global_batch=16, precision="bf16"),
+                          "llm-foundry")
+    lanes = {}
+    for mech in (("fsdp1_unit",), ()):
+        pl = dataclasses.replace(base, host_mechanisms=mech)
+        ch = build_chunks(model, pl, cl, prof, place_groups(cl, pl))[0][0]
+        seg = [s for s in ch.bwd.segments if s.name.startswith("fsdp all-gather")]
+        lanes[mech] = (seg[0].comm_s, ch.params, len(ch.layers))
+    with_prep, params, layers = lanes[("fsdp1_unit",)]
+    bw = hardware_db.load_gpu("h100-sxm").mem_bw_gbytes_per_s * 1e9 * prof.memory.eff("copy")
+    launch = prof.memory.launch_us.value * 1e-6
+    expected = (6.0 + 8.0) * params / bw + 2 * layers * launch
+    assert with_prep - lanes[()][0] == pytest.approx(expected, rel=1e-6)
