@@ -23,7 +23,11 @@
   the dispatcher's device-to-host sync) and the per-local-expert slope of ``SequentialMLP``;
 * ``mcore_layer_glue``: Megatron-Core's dense ``TransformerLayer`` (local spec, same module):
   per layer, what is left beyond the op graph's ops, the parallel linears' extra over
-  ``nn.Linear`` and the unfused attention's extra.
+  ``nn.Linear`` and the unfused attention's extra;
+* ``megatron_legacy_layer``: Megatron-LM's legacy ``ParallelTransformerLayer``
+  (``calibrate.bench_megatron_legacy``; needs ``MEGATRON_LM_PATH``, skipped with a message
+  otherwise): per layer, forward and backward, what is left beyond the op graph's ops
+  (materialized attention, dropout) for the same layer.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -245,6 +249,47 @@ def dense_rows(base: dict, op: float) -> list[dict]:
     return _mechanism_rows(base, op, "mcore_layer_glue", how, rows)
 
 
+def legacy_rows(base: dict) -> list[dict]:
+    """``megatron_legacy_layer`` rows (``calibrate.bench_megatron_legacy``): a Megatron-LM
+    legacy layer's host time, whole and beyond the op graph's ops (forward ops at the
+    probe's forward cost, backward ops at its backward cost); none without the checkout."""
+    from . import bench_megatron_legacy as lg
+    why = lg.available()
+    if why:
+        print(f"megatron_legacy_layer skipped: {why}", file=sys.stderr)
+        return []
+    cases = lg.dense_cases()
+    cases.update({("probe", n): _decoder_fns(n)[:2] for n in HOST_LAYERS})
+    t = _low_us(cases)                   # interleaved: the probe sees the same host load
+    (f0, b0), (f1, b1) = graph_ops(HOST_LAYERS[0]), graph_ops(HOST_LAYERS[1])
+    op = {"fwd": (t[("probe", HOST_LAYERS[1])][0] - t[("probe", HOST_LAYERS[0])][0]) / (f1 - f0),
+          "bwd": (t[("probe", HOST_LAYERS[1])][1] - t[("probe", HOST_LAYERS[0])][1]) / (b1 - b0)}
+    lo, hi = lg.LAYERS
+    n_f, n_b = legacy_graph_ops(lg.HIDDEN, lg.TOKENS)
+    rows = []
+    for pas, i, n in (("fwd", 0, n_f), ("bwd", 1, n_b)):
+        layer = (t[("block", hi)][i] - t[("block", lo)][i]) / (hi - lo)
+        rows += [(f"per layer, {pas} (whole layer)", layer),
+                 (f"per layer, {pas}, glue", layer - n * op[pas])]
+    how = (f"Megatron-LM legacy ParallelTransformer ({lg.ENV}), hidden {lg.HIDDEN}, "
+           f"{lg.TOKENS} tokens, {lo} vs {hi} layers, bias, dropout 0.1, fused softmax path, "
+           "timed interleaved with the host probe; glue = layer - op graph "
+           f"({n_f} fwd ops at the probe's fwd cost / {n_b} bwd ops at its bwd cost)")
+    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
+                           "megatron_legacy_layer", how, rows)
+
+
+def legacy_graph_ops(hidden: int, tokens: int) -> tuple[int, int]:
+    """The op graph's (forward, backward) ops of one layer as Megatron-LM's legacy GPT runs
+    it: materialized attention (fused softmax), attention and hidden dropout."""
+    from simulator.cost.host import op_count
+    from simulator.workload.ops import LayerShape, backward_ops, layer_ops
+    from simulator.workload.spec import TransformerSpec
+    m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
+    f = layer_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True))
+    return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
+
+
 def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     """The probe rows and every mechanism's (``only``: just those mechanisms)."""
     import torch
@@ -265,6 +310,8 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         rows += moe_rows(base, op)
     if want("mcore_layer_glue"):
         rows += dense_rows(base, op)
+    if want("megatron_legacy_layer"):
+        rows += legacy_rows(base)
     if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
                             "deepspeed_bf16_grad_loop"}:
         return rows

@@ -290,18 +290,23 @@ def launch_blocking(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].launch_blocking for n in names)
 
 
-def reduce_prep_ops(names: tuple[str, ...], params: float, layers: int, compute_bytes: int,
-                    reduce_bytes: int) -> list[Op]:
-    """Bandwidth-bound passes the mechanisms run over ``params`` unsharded gradients on the
-    reduce-scatter's own stream, before it and in series with it (FSDP1): a cast from the
-    ``compute_bytes``-byte compute dtype to the ``reduce_bytes``-byte reduce dtype where they
-    differ (read one, write the other), and an in-place pre-division (read and write the
-    reduce dtype); one kernel per layer (unit) each."""
-    ops = []
+def fsdp_lane_ops(names: tuple[str, ...], params: float, layers: int, compute_bytes: int,
+                  reduce_bytes: int, ranks: int) -> tuple[list[Op], list[Op]]:
+    """Bandwidth-bound passes the mechanisms run over ``params`` unsharded gradients on
+    FSDP's communication streams, in series with its collectives (FSDP1), one kernel per
+    layer (unit) each: (on the all-gather's stream, every backward: the gradient cat, read
+    and write in the ``compute_bytes``-byte compute dtype; on the reduce-scatter's stream,
+    every reduction: the cast to the ``reduce_bytes``-byte reduce dtype where they differ,
+    read one and write the other, and the in-place pre-division when ``ranks`` > 1, read and
+    write the reduce dtype)."""
+    gather, reduce = [], []
     for name in names:
         m = HOST.mechanisms[name]
+        if m.grad_cat_on_unshard_stream:
+            gather += _copy_op(f"{name}_grad_cat", params, 2.0 * compute_bytes, layers)
         if m.reduce_stream_cast and compute_bytes != reduce_bytes:
-            ops += _copy_op(f"{name}_reduce_cast", params, compute_bytes + reduce_bytes, layers)
-        if m.reduce_stream_predivide:
-            ops += _copy_op(f"{name}_reduce_predivide", params, 2.0 * reduce_bytes, layers)
-    return ops
+            reduce += _copy_op(f"{name}_reduce_cast", params, compute_bytes + reduce_bytes,
+                               layers)
+        if m.reduce_stream_predivide and ranks > 1:
+            reduce += _copy_op(f"{name}_reduce_predivide", params, 2.0 * reduce_bytes, layers)
+    return gather, reduce

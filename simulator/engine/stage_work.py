@@ -23,7 +23,7 @@ from ..cost.host import (
     mechanisms_host,
     moe_layer_host,
     param_tensors,
-    reduce_prep_ops,
+    fsdp_lane_ops,
 )
 from ..cost.layer import (
     PassCost,
@@ -365,8 +365,9 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
     forwards, no re-gather in backward, and the reduce-scatter exposed (the final
     post-backward callback makes the compute stream wait for it), spread likewise. The
-    mechanisms' passes on the reduce-scatter's stream (``cost.host.reduce_prep_ops``: FSDP1's
-    cast and pre-division) run in series with it."""
+    mechanisms' passes on FSDP's streams (``cost.host.fsdp_lane_ops``: FSDP1's gradient cat
+    beside the gathers, its cast and pre-division before each reduce-scatter) run in series
+    with them."""
     g = groups["dp"]
     once = fsdp_once_per_step(plan)
     f = fsdp_per_step(plan)
@@ -376,11 +377,11 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     r_bytes = params * grad_reduce_bytes(plan)
     ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
     rs_cost = group_collective(Collective.REDUCE_SCATTER, r_bytes, g, prof)
-    prep = reduce_prep_ops(plan.host_mechanisms, params, n_layers, c_bytes,
-                           grad_reduce_bytes(plan))
-    ag = ag_cost.time_s
-    rs = rs_cost.time_s + (pass_cost(prep, cluster.gpu, prof, groups, False).compute_s
-                           if prep else 0.0)
+    lanes = fsdp_lane_ops(plan.host_mechanisms, params, n_layers, c_bytes,
+                          grad_reduce_bytes(plan), g.size)
+    cat, prep = (pass_cost(ops, cluster.gpu, prof, groups, False).compute_s if ops else 0.0
+                 for ops in lanes)
+    ag, rs = ag_cost.time_s, rs_cost.time_s + prep
     fwd.add_link_busy(ag_cost, f)
     bwd.add_link_busy(ag_cost, regather)
     bwd.add_link_busy(rs_cost, f)
@@ -389,7 +390,7 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
         "fsdp all-gather + reduce-scatter"
     for pc, comm, what, nbytes, lead in (
             (fwd, f * ag, "fsdp all-gather", f * w_bytes, first_layer),
-            (bwd, regather * ag + f * rs, what_bwd, regather * w_bytes + f * r_bytes,
+            (bwd, regather * ag + cat + f * rs, what_bwd, regather * w_bytes + f * r_bytes,
              regather * first_layer)):
         busy = pc.total_s
         exposed = (f * rs if pc is bwd and once else max(0.0, comm - busy)) + lead

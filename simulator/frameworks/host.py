@@ -56,11 +56,14 @@ class HostMechanism:
     (Megatron-Core's token dispatcher copies counts to the host); ``launch_blocking``: every
     kernel launch returns only when the kernel has finished (``CUDA_LAUNCH_BLOCKING=1``), so
     the host never runs ahead: each pass costs its host time plus its device time;
-    ``reduce_stream_cast`` / ``reduce_stream_predivide``: before each gradient
-    reduce-scatter, on the stream that issues it (in series with it, beside the compute),
-    the unsharded gradient is cast from the compute dtype to the reduce dtype where they
-    differ, and divided in place by the pre-divide factor (FSDP1's ``_post_backward_hook``
-    and ``_reduce_grad``)."""
+    ``grad_cat_on_unshard_stream``: the parameters are views split from a flat parameter on
+    the all-gather's stream, so autograd concatenates their gradients into the flat
+    gradient on that stream, in series with the gathers (FSDP1); ``reduce_stream_cast`` /
+    ``reduce_stream_predivide``: before each gradient reduce-scatter, on the stream that
+    issues it (in series with it, beside the compute), the unsharded gradient is cast from
+    the compute dtype to the reduce dtype where they differ, and divided in place by the
+    pre-divide factor when more than one rank reduces (FSDP1's ``_post_backward_hook`` and
+    ``_reduce_grad``)."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -88,6 +91,7 @@ class HostMechanism:
     lead_layers: int = -1
     sync_at_p2p: bool = False
     launch_blocking: bool = False
+    grad_cat_on_unshard_stream: bool = False
     reduce_stream_cast: bool = False
     reduce_stream_predivide: bool = False
     why: str = ""

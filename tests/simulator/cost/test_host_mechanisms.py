@@ -137,10 +137,10 @@ def test_host_facts_follow_framework_aliases_and_plans():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "llm-foundry").host_mechanisms == ("fsdp1_unit",)
     assert with_framework(base, "megatron-deepspeed").host_mechanisms == \
-        ("deepspeed_bf16_grad_loop", "cuda_launch_blocking")
+        ("deepspeed_bf16_grad_loop", "cuda_launch_blocking", "megatron_legacy_layer")
     fp16 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16")
     assert with_framework(fp16, "megatron-deepspeed").host_mechanisms == \
-        ("cuda_launch_blocking",)                 # the gradient loop is bf16 only
+        ("cuda_launch_blocking", "megatron_legacy_layer")   # the gradient loop is bf16 only
     kept = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16", host_mode="compiled")
     assert with_framework(kept, "nemo", {"host_mode"}).host_mode == "compiled"
     assert with_framework(kept, "nemo").host_mode == "eager"
@@ -197,7 +197,8 @@ def test_te_module_calls_cost_their_measured_host_ratio():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "megatron-core").host_mechanisms == (
         "te_modules", "mcore_layer_glue", "mcore_moe_layer")
-    assert with_framework(base, "megatron").host_mechanisms == ("megatron_p2p_sync",)
+    assert with_framework(base, "megatron").host_mechanisms == (
+        "megatron_p2p_sync", "megatron_legacy_layer")
 
 
 def test_fsdp_reduce_dtype_follows_the_framework():

@@ -3,9 +3,10 @@ framework itself: ``FullyShardedDataParallel`` runs here on a CPU over a fake pr
 with Composer's DEFAULT mixed precision (bf16 parameters, fp32 reduction), and every aten op
 of the backward is recorded by a ``TorchDispatchMode``. The bytes of the gradient cat
 (autograd's backward of the flat parameter's split), the cast to the reduce dtype and the
-in-place pre-division are counted per parameter and compared with the mechanism's
-``device_bytes_per_param_bwd`` and with ``cost.host.reduce_prep_ops``. Then the simulator's
-FSDP reduce-scatter lane is checked to carry those passes in series.
+in-place pre-division are counted per parameter and compared with
+``cost.host.fsdp_lane_ops``. Then the simulator's FSDP lane is checked to carry those passes
+in series with the collectives. (Which CUDA stream each pass runs on cannot be seen on a
+CPU; it follows from FSDP1's source, see the mechanism's source text.)
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import hardware_db  # noqa: E402
-from simulator.cost.host import device_copy_ops, reduce_prep_ops  # noqa: E402
+from simulator.cost.host import device_copy_ops, fsdp_lane_ops  # noqa: E402
 from simulator.frameworks import HOST  # noqa: E402
 
 WORLD = 4
@@ -113,23 +114,26 @@ def _model_cats() -> float:
 @pytest.mark.parametrize("use_orig_params", [True, False])
 def test_fsdp1_backward_passes_per_parameter_match_the_mechanism(fake_world, use_orig_params):
     ops, total, units = _backward_traffic(use_orig_params, torch.float32)
-    m = HOST.mechanisms["fsdp1_unit"]
-    # compute stream: one cat per unit of the 16-bit gradients into the flat gradient
+    # on the all-gather stream: one cat per unit of the 16-bit gradients into the flat one
     cat_bytes = ops["cat"][1] + ops["cat"][2] - _model_cats()
-    assert cat_bytes / total == pytest.approx(m.device_bytes_per_param_bwd, rel=0.08)
-    assert ops["cat"][0] - 3 == units * m.device_kernels_per_layer_bwd   # 3: the model's qkv
+    assert ops["cat"][0] - 3 == units                    # 3: the model's own qkv cats
+    gather, reduce = fsdp_lane_ops(("fsdp1_unit",), total, units, 2, 4, fake_world)
+    assert [o.name for o in gather] == ["fsdp1_unit_grad_cat"]
+    assert cat_bytes / total == pytest.approx(gather[0].bytes_moved / total, rel=0.08)
+    assert gather[0].kernels == units
+    # nothing on the compute stream beyond the layers' own ops
     c = device_copy_ops(("fsdp1_unit",), total, units, 0)
-    assert not c.fwd and not c.first
-    assert c.rest[0].bytes_moved == pytest.approx(4.0 * total)
+    assert not c.fwd and not c.first and not c.rest
     # post-backward stream: bf16 -> fp32 cast (2 + 4 B) and the in-place pre-division of
     # the fp32 unsharded gradient (4 + 4 B) plus the shard's post-division (2 x 4 / WORLD)
     assert (ops["_to_copy"][1] + ops["_to_copy"][2]) / total == pytest.approx(6.0, rel=0.02)
     div = (ops["div_"][1] + ops["div_"][2]) / total
     assert div == pytest.approx(8.0 + 8.0 / fake_world, rel=0.02)
-    prep = {o.name: o.bytes_moved / total
-            for o in reduce_prep_ops(("fsdp1_unit",), total, units, 2, 4)}
-    assert prep == pytest.approx({"fsdp1_unit_reduce_cast": 6.0,
-                                  "fsdp1_unit_reduce_predivide": 8.0})
+    assert {o.name: o.bytes_moved / total for o in reduce} == pytest.approx(
+        {"fsdp1_unit_reduce_cast": 6.0, "fsdp1_unit_reduce_predivide": 8.0})
+    # one rank: no pre-division (FSDP's factor is 1 there)
+    _, alone = fsdp_lane_ops(("fsdp1_unit",), total, units, 2, 4, 1)
+    assert [o.name for o in alone] == ["fsdp1_unit_reduce_cast"]
 
 
 def test_fsdp1_pure_mixed_precision_has_no_cast(fake_world):
@@ -141,14 +145,16 @@ def test_fsdp1_pure_mixed_precision_has_no_cast(fake_world):
     assert cast == pytest.approx(6.0 / fake_world, rel=0.02)
     div = (ops["div_"][1] + ops["div_"][2]) / total
     assert div == pytest.approx(4.0 + 4.0 / fake_world, rel=0.02)
-    prep = reduce_prep_ops(("fsdp1_unit",), total, units, 2, 2)
+    _, prep = fsdp_lane_ops(("fsdp1_unit",), total, units, 2, 2, fake_world)
     assert [o.name for o in prep] == ["fsdp1_unit_reduce_predivide"]
     assert prep[0].bytes_moved == pytest.approx(4.0 * total)
 
 
 def test_fsdp_reduce_scatter_lane_carries_the_prep_passes_in_series():
-    """The chunk's backward FSDP lane = re-gather + reduce-scatter + the prep passes at the
-    GPU's copy bandwidth; without the mechanism the passes are gone."""
+    """The chunk's backward FSDP lane = re-gather + reduce-scatter + FSDP1's gradient cat,
+    cast and pre-division at the GPU's copy bandwidth (4 + 6 + 8 B per parameter, three
+    kernels per layer); without the mechanism the passes are gone, and the compute is the
+    same either way."""
     from simulator.engine.stage_work import build_chunks, place_groups
     from simulator.parallel.framework_plan import with_framework
     from simulator.parallel.plan import Plan
@@ -163,9 +169,10 @@ def test_fsdp_reduce_scatter_lane_carries_the_prep_passes_in_series():
         pl = dataclasses.replace(base, host_mechanisms=mech)
         ch = build_chunks(model, pl, cl, prof, place_groups(cl, pl))[0][0]
         seg = [s for s in ch.bwd.segments if s.name.startswith("fsdp all-gather")]
-        lanes[mech] = (seg[0].comm_s, ch.params, len(ch.layers))
-    with_prep, params, layers = lanes[("fsdp1_unit",)]
+        lanes[mech] = (seg[0].comm_s, ch.params, len(ch.layers), ch.bwd.compute_s)
+    with_prep, params, layers, compute = lanes[("fsdp1_unit",)]
+    assert compute == pytest.approx(lanes[()][3])
     bw = hardware_db.load_gpu("h100-sxm").mem_bw_gbytes_per_s * 1e9 * prof.memory.eff("copy")
     launch = prof.memory.launch_us.value * 1e-6
-    expected = (6.0 + 8.0) * params / bw + 2 * layers * launch
+    expected = (4.0 + 6.0 + 8.0) * params / bw + 3 * layers * launch
     assert with_prep - lanes[()][0] == pytest.approx(expected, rel=1e-6)

@@ -1,0 +1,181 @@
+"""Host cost of Megatron-LM's legacy transformer layer, measured on this CPU
+(``calibrate.bench_framework --only megatron_legacy_layer``).
+
+The layer is the real ``megatron.model.transformer.ParallelTransformer`` of a Megatron-LM
+checkout (the pre-Megatron-Core model code that Megatron-LM's GPT ran until 2023 and that
+Megatron-DeepSpeed forked): blocks of 1 and 5 ``ParallelTransformerLayer`` s at tiny shapes
+(hidden 32, 32 tokens, 4 heads), where kernels are nearly free and what is left is host
+work, with Megatron's GPT defaults: biases, hidden and attention dropout 0.1, the
+TorchScript bias-GeLU and bias-dropout-add functions, query-key layer scaling, and the
+fused causal softmax path (``FusedScaleMaskSoftmax.forward_fused_softmax``: one autograd
+Function). Megatron-LM is not pip-installable: point ``MEGATRON_LM_PATH`` at a directory
+holding its ``megatron/`` package (and ``tools/retro``, which ``megatron.arguments``
+imports), e.g. ``git archive 23.04 megatron tools/retro | tar -x -C DIR``; without it the
+case is skipped with a message.
+
+Stand-ins, each doing one op where the GPU runs one kernel: apex's
+``FusedLayerNormAffineFunction`` (an autograd Function over ``torch.native_layer_norm``),
+the ``scaled_upper_triang_masked_softmax_cuda`` extension (softmax and its backward), and
+the other CUDA-only imports (``amp_C``, ``flash_attn``, ``transformer_engine``, tokenizer
+packages) as empty modules. The fused softmax path is taken by marking the softmax modules'
+input as 16-bit (the GPU runs it in bf16/fp16; here the tensors stay fp32). On this CPU the
+TorchScript functions run unfused (no LLVM fuser in the CPU build), about 13 aten ops per
+layer forward where the GPU's fuser runs 3 kernels: an overestimate of up to ~3 eager ops.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from pathlib import Path
+
+ENV = "MEGATRON_LM_PATH"
+LAYERS = (1, 5)
+HIDDEN, TOKENS, HEADS = 32, 32, 4
+_STUBS = ("six", "regex", "apex", "amp_C", "einops", "flash_attn", "nltk", "sentencepiece",
+          "tiktoken", "transformer_engine")
+
+
+def available() -> str:
+    """'' when ``MEGATRON_LM_PATH`` holds Megatron-LM's legacy model code, else why not."""
+    root = os.environ.get(ENV, "")
+    if not root:
+        return f"{ENV} is not set (a directory holding Megatron-LM's megatron/ package)"
+    if not (Path(root) / "megatron" / "model" / "transformer.py").is_file():
+        return f"{ENV}={root} has no megatron/model/transformer.py (the legacy model code)"
+    return ""
+
+
+class _Any(types.ModuleType):
+    """An empty module: every attribute is another one (imports that must not fail)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Any(name)
+
+    def __call__(self, *a, **k):
+        return _Any("call")
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in _STUBS and name not in sys.modules:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = _Any(spec.name)
+        mod.__path__ = []
+        return mod
+
+    def exec_module(self, module):
+        pass
+
+
+def _layer_norm_module():
+    import torch
+
+    class FusedLayerNormAffineFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b, shape, eps):
+            out, mean, invvar = torch.native_layer_norm(x, shape, w, b, eps)
+            ctx.save_for_backward(x, w, b, mean, invvar)
+            ctx.shape = shape
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w, b, mean, invvar = ctx.saved_tensors
+            gi, gw, gb = torch.ops.aten.native_layer_norm_backward(
+                g, x, ctx.shape, mean, invvar, w, b, [True, True, True])
+            return gi, gw, gb, None, None
+    mod = types.ModuleType("apex.normalization.fused_layer_norm")
+    mod.FusedLayerNormAffineFunction = FusedLayerNormAffineFunction
+    return mod
+
+
+def _install_stubs() -> None:
+    import torch
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    sys.modules["apex.normalization.fused_layer_norm"] = _layer_norm_module()
+    sys.modules["fused_layer_norm_cuda"] = types.ModuleType("fused_layer_norm_cuda")
+    sm = types.ModuleType("scaled_upper_triang_masked_softmax_cuda")
+    sm.forward = lambda x, scale: torch.softmax(x, -1)
+    sm.backward = lambda g, y, scale: torch._softmax_backward_data(g, y, -1, y.dtype)
+    sys.modules[sm.__name__] = sm
+    sb = types.ModuleType("scaled_masked_softmax_cuda")
+    sb.get_batch_per_block = lambda sq, sk, b, np: 4
+    sys.modules[sb.__name__] = sb
+    torch.cuda.current_device = lambda: "cpu"
+
+
+def _init_megatron():
+    """Megatron's global args (GPT defaults at the bench shapes), micro-batch calculator,
+    timers and a tensor-parallel size 1 model-parallel state; the CUDA RNG tracker forks
+    into a null context."""
+    root = os.environ[ENV]
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    _install_stubs()
+    from megatron import global_vars
+    from megatron.arguments import parse_args, validate_args
+    from megatron.core import mpu
+    from megatron.core.enums import ModelType
+    from megatron.core.tensor_parallel import random as tpr
+    from megatron.timers import Timers
+    argv, sys.argv = sys.argv, ["bench", "--num-layers", str(LAYERS[-1]), "--hidden-size",
+                                str(HIDDEN), "--num-attention-heads", str(HEADS),
+                                "--seq-length", str(TOKENS), "--max-position-embeddings",
+                                str(TOKENS), "--micro-batch-size", "1",
+                                "--use-cpu-initialization", "--no-gradient-accumulation-fusion",
+                                "--no-persist-layer-norm"]
+    try:
+        with contextlib.redirect_stdout(None):
+            args = parse_args()
+            args.world_size, args.rank = 1, 0
+            validate_args(args)
+    finally:
+        sys.argv = argv
+    args.model_type = ModelType.encoder_or_decoder
+    global_vars._GLOBAL_ARGS = args
+    with contextlib.redirect_stdout(None):
+        global_vars._build_num_microbatches_calculator(args)
+    global_vars._GLOBAL_TIMERS = Timers(args.timing_log_level, args.timing_log_option)
+    if not mpu.model_parallel_is_initialized():
+        mpu.initialize_model_parallel(1, 1)
+    tpr.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+    return args
+
+
+def _block(args, layers: int):
+    from megatron.model.enums import AttnMaskType
+    from megatron.model.transformer import ParallelTransformer
+    from megatron.model.utils import init_method_normal, scaled_init_method_normal
+    args.num_layers = args.encoder_num_layers = layers
+    block = ParallelTransformer(init_method_normal(0.02), scaled_init_method_normal(0.02, layers),
+                                self_attn_mask_type=AttnMaskType.causal)
+    for mod in block.modules():
+        if type(mod).__name__ == "FusedScaleMaskSoftmax":
+            mod.input_in_float16 = True          # the GPU's 16-bit path: the fused kernel
+    return block
+
+
+def dense_cases() -> dict:
+    """Timing cases for ``bench_host.time_interleaved``: (``block``, layers) for 1 and 5
+    layers -> (forward, backward of its output)."""
+    import torch
+
+    from .bench_mcore_host import _fwd_bwd
+    args = _init_megatron()
+    mask = torch.triu(torch.ones(TOKENS, TOKENS), diagonal=1).bool()[None, None]
+    out = {}
+    for n in LAYERS:
+        x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
+        out[("block", n)] = _fwd_bwd(_block(args, n), x, mask)
+    return out

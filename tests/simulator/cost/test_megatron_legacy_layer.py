@@ -1,0 +1,96 @@
+"""Megatron-LM's legacy layer Python (frameworks.json "megatron_legacy_layer"): the numbers
+are the medians of their own CPU measurement (calibrate.bench_megatron_legacy), each glue
+row is the whole layer minus the op graph's ops at the same run's probe cost, and the glue
+is charged per layer forward (again under full recompute, scaled by the launch mode) and
+per layer backward."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import statistics
+from pathlib import Path
+
+import pytest
+
+import hardware_db
+from calibrate.bench_framework import legacy_graph_ops
+from calibrate.bench_megatron_legacy import available
+from simulator.engine.stage_work import build_chunks, place_groups
+from simulator.frameworks import HOST
+from simulator.hardware.profile import Coefficient, HostModel
+from simulator.parallel.plan import Plan
+from simulator.workload.presets import get_preset
+
+ROOT = Path(__file__).resolve().parents[3]
+CSV = ROOT / "hardware_db" / "data" / "measurements" / "host_mechanisms.csv"
+MODEL = get_preset("tiny-2l-128")
+BASE = hardware_db.load_profile("a100-sxm-80gb")
+LEGACY = HOST.mechanisms["megatron_legacy_layer"]
+
+
+def _runs() -> list[dict[str, float]]:
+    """The measured rows, one dict (metric -> (eager ops, us, probe us)) per bench run."""
+    runs: list[dict[str, tuple[float, float, float]]] = []
+    with CSV.open() as fh:
+        for r in csv.DictReader(fh):
+            if r["mechanism"] != "megatron_legacy_layer":
+                continue
+            if r["metric"] == "per layer, fwd (whole layer)":
+                runs.append({})
+            runs[-1][r["metric"]] = (float(r["eager_ops"]), float(r["value_us"]),
+                                     float(r["op_fwd_us_same_run"]))
+    return runs
+
+
+def test_the_bench_layer_in_op_graph_ops():
+    """Megatron-LM's GPT layer as the op graph has it: materialized attention (qk, softmax,
+    dropout, av) and the two residual dropouts: 13 forward ops, 19 backward."""
+    assert legacy_graph_ops(32, 32) == (13, 19)
+
+
+def test_glue_rows_are_the_layer_beyond_its_ops_and_the_mechanism_their_median():
+    runs = _runs()
+    assert len(runs) == 3
+    for r in runs:
+        whole, glue = r["per layer, fwd (whole layer)"], r["per layer, fwd, glue"]
+        op = whole[2]
+        assert glue[1] == pytest.approx(whole[1] - 13 * op, abs=0.1)   # op is rounded
+        assert glue[0] == pytest.approx(glue[1] / op, abs=0.01)
+        # the backward glue subtracts 19 ops at the probe's backward cost: a bit more
+        # than the forward cost, so less than 19 forward ops
+        bw, bg = r["per layer, bwd (whole layer)"], r["per layer, bwd, glue"]
+        assert bw[1] - bg[1] > 19 * op
+    assert LEGACY.layer_module_fwd_eager_ops == pytest.approx(
+        statistics.median(r["per layer, fwd, glue"][0] for r in runs), abs=0.01)
+    assert LEGACY.layer_bwd_eager_ops == pytest.approx(
+        statistics.median(r["per layer, bwd, glue"][0] for r in runs), abs=0.01)
+    # a legacy layer costs several times the op graph's 13 + 19 ops on the host
+    assert LEGACY.layer_module_fwd_eager_ops > 13 and LEGACY.layer_bwd_eager_ops > 10
+
+
+def _chunk(mech, mode="eager", recompute="none"):
+    c = Coefficient(10.0, "us", "test")
+    prof = dataclasses.replace(BASE, host=HostModel(c, c))
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 2)
+    plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech, host_mode=mode,
+                recompute=recompute)
+    return build_chunks(MODEL, plan, cl, prof, place_groups(cl, plan))[0][0]
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled", "cuda_graphs"])
+def test_charged_per_layer_forward_and_backward(mode):
+    a, b = _chunk((), mode), _chunk(("megatron_legacy_layer",), mode)
+    layers = len(b.layers)
+    fwd = LEGACY.layer_module_fwd_eager_ops * 10e-6 * HOST.modes[mode].op_scale
+    bwd = LEGACY.layer_bwd_eager_ops * 10e-6
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(layers * fwd)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * bwd)
+    a, b = _chunk((), mode, "full"), _chunk(("megatron_legacy_layer",), mode, "full")
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * (fwd + bwd))
+
+
+def test_the_bench_says_why_it_skips(monkeypatch, tmp_path):
+    monkeypatch.delenv("MEGATRON_LM_PATH", raising=False)
+    assert "MEGATRON_LM_PATH is not set" in available()
+    monkeypatch.setenv("MEGATRON_LM_PATH", str(tmp_path))
+    assert "no megatron/model/transformer.py" in available()
