@@ -80,7 +80,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", default=None, help="flash (FA2-class), flash1 (FA1 / its "
                    "Triton port, A100/H100/H200), flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")
-    p.add_argument("--no-dp-overlap", action="store_true")
+    ov = p.add_mutually_exclusive_group()
+    ov.add_argument("--no-dp-overlap", action="store_true")
+    ov.add_argument("--dp-overlap", action="store_true")
     p.add_argument("--tp-overlap", action="store_true")
     _moe_args(p)
     p.add_argument("--bucket-mb", type=float, default=0.0,
@@ -136,7 +138,7 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int, gpu: GPUSpec | None = Non
         dp = n_gpus // denom
     schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
     for k in ("framework", "grad_dtype", "attention", "tp_overlap", "no_dp_overlap",
-              "host_mode", "host_mechanisms"):
+              "dp_overlap", "host_mode", "host_mechanisms"):
         if not hasattr(a, k):               # commands that share these flags only in part
             setattr(a, k, None)
     if a.grad_dtype is not None and a.grad_dtype not in ("fp32", "bf16", "fp16"):
@@ -163,7 +165,7 @@ def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
                                                     a.grad_dtype))
     keep = {k for k, given in (("zero_stage", a.zero_stage is not None),
                                ("attention", a.attention is not None),
-                               ("dp_overlap", bool(a.no_dp_overlap)),
+                               ("dp_overlap", bool(a.no_dp_overlap or a.dp_overlap)),
                                ("tp_overlap", bool(a.tp_overlap)),
                                ("sequence_parallel", a.sequence_parallel),
                                ("host_mode", a.host_mode is not None),

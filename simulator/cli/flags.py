@@ -34,6 +34,8 @@ COMMON_HELP: dict[str, str] = {
                 "(default: 1f1b, interleaved if vpp > 1; zb-v and dualpipe hold two chunks per rank)",
     "bucket_mb": "data-parallel gradient bucket size in MB",
     "no_dp_overlap": "reduce gradients after the backward pass instead of overlapping it",
+    "dp_overlap": "overlap the gradient reduction with the backward pass even where the "
+                  "framework's default does not (e.g. DeepSpeed with overlap_comm: true)",
     "tp_overlap": "overlap tensor-parallel collectives with the GEMMs they feed",
     # cluster
     "gpu": "GPU key, e.g. h100-sxm (see `complexity list gpus`)",
