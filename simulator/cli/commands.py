@@ -80,10 +80,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", default=None, help="flash (FA2-class), flash1 (FA1 / its "
                    "Triton port, A100/H100/H200), flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")
-    ov = p.add_mutually_exclusive_group()
-    ov.add_argument("--no-dp-overlap", action="store_true")
-    ov.add_argument("--dp-overlap", action="store_true")
-    p.add_argument("--tp-overlap", action="store_true")
+    _overlap_args(p)
     _moe_args(p)
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
@@ -105,6 +102,13 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--powersgd-rank", type=int, default=1)
     m.add_argument("--optimizer", default="adam", help="adam or sgd")
     p.set_defaults(func=run_simulate)
+
+
+def _overlap_args(p: argparse.ArgumentParser) -> None:
+    ov = p.add_mutually_exclusive_group()
+    ov.add_argument("--no-dp-overlap", action="store_true")
+    ov.add_argument("--dp-overlap", action="store_true")
+    p.add_argument("--tp-overlap", action="store_true")
 
 
 def _moe_args(p: argparse.ArgumentParser) -> None:
