@@ -266,15 +266,26 @@ def legacy_rows(base: dict) -> list[dict]:
           "bwd": (t[("probe", HOST_LAYERS[1])][1] - t[("probe", HOST_LAYERS[0])][1]) / (b1 - b0)}
     lo, hi = lg.LAYERS
     n_f, n_b = legacy_graph_ops(lg.HIDDEN, lg.TOKENS)
+    per = {(k, i): (t[(k, hi)][i] - t[(k, lo)][i]) / (hi - lo)
+           for k in ("block", "recompute") for i in (0, 1)}
+    glue_f = per[("block", 0)] - n_f * op["fwd"]
     rows = []
     for pas, i, n in (("fwd", 0, n_f), ("bwd", 1, n_b)):
-        layer = (t[("block", hi)][i] - t[("block", lo)][i]) / (hi - lo)
-        rows += [(f"per layer, {pas} (whole layer)", layer),
-                 (f"per layer, {pas}, glue", layer - n * op[pas])]
+        rows += [(f"per layer, {pas} (whole layer)", per[("block", i)]),
+                 (f"per layer, {pas}, glue", per[("block", i)] - n * op[pas]),
+                 (f"per layer, {pas} under full recompute (whole layer)",
+                  per[("recompute", i)])]
+    # the wrapper: what full recompute adds beyond the re-run forward's ops and glue
+    rows += [("full-recompute wrapper, fwd", per[("recompute", 0)] - per[("block", 0)]),
+             ("full-recompute wrapper, bwd", per[("recompute", 1)] - per[("block", 1)]
+              - n_f * op["fwd"] - glue_f)]
     how = (f"Megatron-LM legacy ParallelTransformer ({lg.ENV}), hidden {lg.HIDDEN}, "
            f"{lg.TOKENS} tokens, {lo} vs {hi} layers, bias, dropout 0.1, fused softmax path, "
-           "timed interleaved with the host probe; glue = layer - op graph "
-           f"({n_f} fwd ops at the probe's fwd cost / {n_b} bwd ops at its bwd cost)")
+           "real RNG tracker on the CPU generator, timed interleaved with the host probe "
+           f"(bwd op {op['bwd']:.2f} us); glue = layer - op graph ({n_f} fwd ops at the "
+           f"probe's fwd cost / {n_b} bwd ops at its bwd cost); recompute: full, uniform, 1 "
+           "layer per checkpoint, wrapper = recompute - plain (bwd: also - the re-run "
+           "forward's ops and glue)")
     return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
                            "megatron_legacy_layer", how, rows)
 

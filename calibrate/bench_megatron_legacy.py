@@ -13,14 +13,24 @@ holding its ``megatron/`` package (and ``tools/retro``, which ``megatron.argumen
 imports), e.g. ``git archive 23.04 megatron tools/retro | tar -x -C DIR``; without it the
 case is skipped with a message.
 
+Also timed: the same blocks under full activation recompute (every layer checkpointed),
+whose extra over the plain block is the checkpoint wrapper (RNG state saves and restores,
+input detach, the nested ``autograd.backward``) beyond the re-run forward.
+
 Stand-ins, each doing one op where the GPU runs one kernel: apex's
 ``FusedLayerNormAffineFunction`` (an autograd Function over ``torch.native_layer_norm``),
 the ``scaled_upper_triang_masked_softmax_cuda`` extension (softmax and its backward), and
 the other CUDA-only imports (``amp_C``, ``flash_attn``, ``transformer_engine``, tokenizer
-packages) as empty modules. The fused softmax path is taken by marking the softmax modules'
-input as 16-bit (the GPU runs it in bf16/fp16; here the tensors stay fp32). On this CPU the
-TorchScript functions run unfused (no LLVM fuser in the CPU build), about 13 aten ops per
-layer forward where the GPU's fuser runs 3 kernels: an overestimate of up to ~3 eager ops.
+packages) as empty modules; the CUDA generator calls of Megatron's RNG tracker and
+checkpoint go to the CPU generator. The fused softmax path is taken by marking the softmax
+modules' input as 16-bit (the GPU runs it in bf16/fp16; here the tensors stay fp32).
+Known biases, measured by swapping each piece (a review, 3 runs each): the TorchScript
+bias-GeLU / bias-dropout-add run unfused on this CPU (no LLVM fuser), +8.5..9.4 eager ops
+forward and +6.6..6.9 backward over one-op stand-ins (what nvfuser's own host cost is on a
+GPU is not known, so the true bias is between 0 and those); not run here: apex's persistent
+layer norm with ``make_viewless_tensor`` (hidden sizes in its list, when apex contrib is
+built: +3.9..4.6 forward) and a viewless layer output (+3.6..4.2 forward). Forward about
+cancels; backward may be high by up to ~7.
 """
 from __future__ import annotations
 
@@ -149,15 +159,31 @@ def _init_megatron():
     global_vars._GLOBAL_TIMERS = Timers(args.timing_log_level, args.timing_log_option)
     if not mpu.model_parallel_is_initialized():
         mpu.initialize_model_parallel(1, 1)
-    tpr.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+    _rng_on_cpu(tpr)
     return args
 
 
-def _block(args, layers: int):
+def _rng_on_cpu(tpr) -> None:
+    """The CUDA RNG calls Megatron's tracker and checkpoint make (get / set / seed the
+    device generator) on the CPU generator instead, so the real ``fork`` and
+    ``CheckpointFunction`` run with their host work."""
+    import torch
+    torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()
+    torch.cuda.manual_seed = lambda seed: torch.manual_seed(seed)
+    tpr._set_cuda_rng_state = lambda state, device=-1: torch.set_rng_state(state)
+    tpr.model_parallel_cuda_manual_seed(1234)
+
+
+def _block(args, layers: int, recompute: bool = False):
+    """``layers`` layers; ``recompute``: full activation recompute of every layer
+    (granularity full, method uniform, 1 layer per checkpoint, as Megatron-LM's GPT runs
+    ``--recompute-activations`` full)."""
     from megatron.model.enums import AttnMaskType
     from megatron.model.transformer import ParallelTransformer
     from megatron.model.utils import init_method_normal, scaled_init_method_normal
     args.num_layers = args.encoder_num_layers = layers
+    args.recompute_granularity = "full" if recompute else None
+    args.recompute_method, args.recompute_num_layers = ("uniform", 1) if recompute else (None, None)
     block = ParallelTransformer(init_method_normal(0.02), scaled_init_method_normal(0.02, layers),
                                 self_attn_mask_type=AttnMaskType.causal)
     for mod in block.modules():
@@ -167,15 +193,17 @@ def _block(args, layers: int):
 
 
 def dense_cases() -> dict:
-    """Timing cases for ``bench_host.time_interleaved``: (``block``, layers) for 1 and 5
-    layers -> (forward, backward of its output)."""
+    """Timing cases for ``bench_host.time_interleaved``: (``block`` | ``recompute``, layers)
+    for 1 and 5 layers, without and with full recompute -> (forward, backward of its
+    output)."""
     import torch
 
     from .bench_mcore_host import _fwd_bwd
     args = _init_megatron()
     mask = torch.triu(torch.ones(TOKENS, TOKENS), diagonal=1).bool()[None, None]
     out = {}
-    for n in LAYERS:
-        x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
-        out[("block", n)] = _fwd_bwd(_block(args, n), x, mask)
+    for kind in ("block", "recompute"):
+        for n in LAYERS:
+            x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
+            out[(kind, n)] = _fwd_bwd(_block(args, n, kind == "recompute"), x, mask)
     return out

@@ -134,7 +134,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     layers run again in backward (full recompute). Module code (per-call overhead, a layer
     module's Python glue) scales with the launch ``mode`` like any per-op cost
     (``op_scale``: a compiled region trims it, a CUDA graph replays without it); hooks and
-    loops run outside either and do not."""
+    loops run outside either and do not, nor does a checkpoint wrapper's work per
+    recomputed layer (``recompute_layer_bwd_eager_ops``)."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
@@ -143,7 +144,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
         glue = m.layer_module_fwd_eager_ops * scale
         fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * per_call
         bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops \
-            + (calls + recompute_calls) * per_call + recompute_layers * glue
+            + (calls + recompute_calls) * per_call \
+            + recompute_layers * (glue + m.recompute_layer_bwd_eager_ops)
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

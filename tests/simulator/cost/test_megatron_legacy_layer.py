@@ -1,8 +1,9 @@
 """Megatron-LM's legacy layer Python (frameworks.json "megatron_legacy_layer"): the numbers
 are the medians of their own CPU measurement (calibrate.bench_megatron_legacy), each glue
-row is the whole layer minus the op graph's ops at the same run's probe cost, and the glue
-is charged per layer forward (again under full recompute, scaled by the launch mode) and
-per layer backward."""
+row is the whole layer minus the op graph's ops at the same run's probe cost, the
+full-recompute wrapper is the recomputed layer's backward minus the plain one and the
+re-run forward's ops and glue, and they are charged per layer forward (again under full
+recompute, scaled by the launch mode), per layer backward and per recomputed layer."""
 from __future__ import annotations
 
 import csv
@@ -60,17 +61,26 @@ def test_glue_rows_are_the_layer_beyond_its_ops_and_the_mechanism_their_median()
         # than the forward cost, so less than 19 forward ops
         bw, bg = r["per layer, bwd (whole layer)"], r["per layer, bwd, glue"]
         assert bw[1] - bg[1] > 19 * op
-    assert LEGACY.layer_module_fwd_eager_ops == pytest.approx(
-        statistics.median(r["per layer, fwd, glue"][0] for r in runs), abs=0.01)
-    assert LEGACY.layer_bwd_eager_ops == pytest.approx(
-        statistics.median(r["per layer, bwd, glue"][0] for r in runs), abs=0.01)
+        # the wrapper: recomputed backward - plain backward - (13 ops + glue) forward
+        rc, wrap = r["per layer, bwd under full recompute (whole layer)"], \
+            r["full-recompute wrapper, bwd"]
+        assert wrap[1] == pytest.approx(rc[1] - bw[1] - 13 * op - glue[1], abs=0.2)
+    med = {k: statistics.median(r[k][0] for r in runs)
+           for k in ("per layer, fwd, glue", "per layer, bwd, glue",
+                     "full-recompute wrapper, bwd")}
+    assert LEGACY.layer_module_fwd_eager_ops == pytest.approx(med["per layer, fwd, glue"],
+                                                              abs=0.01)
+    assert LEGACY.layer_bwd_eager_ops == pytest.approx(med["per layer, bwd, glue"], abs=0.01)
+    assert LEGACY.recompute_layer_bwd_eager_ops == pytest.approx(
+        med["full-recompute wrapper, bwd"], abs=0.01)
     # a legacy layer costs several times the op graph's 13 + 19 ops on the host
     assert LEGACY.layer_module_fwd_eager_ops > 13 and LEGACY.layer_bwd_eager_ops > 10
 
 
 def _chunk(mech, mode="eager", recompute="none"):
-    c = Coefficient(10.0, "us", "test")
-    prof = dataclasses.replace(BASE, host=HostModel(c, c))
+    # backward ops cost more than forward ones: mechanisms are priced at the forward cost
+    prof = dataclasses.replace(BASE, host=HostModel(Coefficient(10.0, "us", "test"),
+                                                    Coefficient(12.0, "us", "test")))
     cl = hardware_db.build_cluster("a100-sxm-80gb", 2)
     plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech, host_mode=mode,
                 recompute=recompute)
@@ -86,7 +96,9 @@ def test_charged_per_layer_forward_and_backward(mode):
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(layers * fwd)
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * bwd)
     a, b = _chunk((), mode, "full"), _chunk(("megatron_legacy_layer",), mode, "full")
-    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * (fwd + bwd))
+    wrapper = LEGACY.recompute_layer_bwd_eager_ops * 10e-6         # not scaled by the mode
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * (fwd + bwd + wrapper))
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(layers * fwd)
 
 
 def test_the_bench_says_why_it_skips(monkeypatch, tmp_path):
