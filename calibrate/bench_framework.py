@@ -27,7 +27,10 @@
 * ``megatron_legacy_layer``: Megatron-LM's legacy ``ParallelTransformerLayer``
   (``calibrate.bench_megatron_legacy``; needs ``MEGATRON_LM_PATH``, skipped with a message
   otherwise): per layer, forward and backward, what is left beyond the op graph's ops
-  (materialized attention, dropout) for the same layer.
+  (materialized attention, dropout) for the same layer;
+* ``hf_decoder_layer``: a HuggingFace ``transformers`` ``LlamaDecoderLayer``
+  (``calibrate.bench_hf_host``; needs ``pip install transformers``, skipped otherwise): the
+  same, against the op graph of a Llama-style layer.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -261,24 +264,10 @@ def legacy_rows(base: dict) -> list[dict]:
     cases = lg.dense_cases()
     cases.update({("probe", n): _decoder_fns(n)[:2] for n in HOST_LAYERS})
     t = _low_us(cases)                   # interleaved: the probe sees the same host load
-    (f0, b0), (f1, b1) = graph_ops(HOST_LAYERS[0]), graph_ops(HOST_LAYERS[1])
-    op = {"fwd": (t[("probe", HOST_LAYERS[1])][0] - t[("probe", HOST_LAYERS[0])][0]) / (f1 - f0),
-          "bwd": (t[("probe", HOST_LAYERS[1])][1] - t[("probe", HOST_LAYERS[0])][1]) / (b1 - b0)}
+    op = _probe_from(t)
     lo, hi = lg.LAYERS
     n_f, n_b = legacy_graph_ops(lg.HIDDEN, lg.TOKENS)
-    per = {(k, i): (t[(k, hi)][i] - t[(k, lo)][i]) / (hi - lo)
-           for k in ("block", "recompute") for i in (0, 1)}
-    glue_f = per[("block", 0)] - n_f * op["fwd"]
-    rows = []
-    for pas, i, n in (("fwd", 0, n_f), ("bwd", 1, n_b)):
-        rows += [(f"per layer, {pas} (whole layer)", per[("block", i)]),
-                 (f"per layer, {pas}, glue", per[("block", i)] - n * op[pas]),
-                 (f"per layer, {pas} under full recompute (whole layer)",
-                  per[("recompute", i)])]
-    # the wrapper: what full recompute adds beyond the re-run forward's ops and glue
-    rows += [("full-recompute wrapper, fwd", per[("recompute", 0)] - per[("block", 0)]),
-             ("full-recompute wrapper, bwd", per[("recompute", 1)] - per[("block", 1)]
-              - n_f * op["fwd"] - glue_f)]
+    rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
     how = (f"Megatron-LM legacy ParallelTransformer ({lg.ENV}), hidden {lg.HIDDEN}, "
            f"{lg.TOKENS} tokens, {lo} vs {hi} layers, bias, dropout 0.1, fused softmax path, "
            "real RNG tracker on the CPU generator, timed interleaved with the host probe "
@@ -288,6 +277,76 @@ def legacy_rows(base: dict) -> list[dict]:
            "forward's ops and glue)")
     return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
                            "megatron_legacy_layer", how, rows)
+
+
+def hf_rows(base: dict) -> list[dict]:
+    """``hf_decoder_layer`` rows (``calibrate.bench_hf_host``): a transformers Llama decoder
+    layer's host time, whole and beyond the op graph's ops for the same layer; none without
+    ``transformers``."""
+    from . import bench_hf_host as hf
+    why = hf.available()
+    if why:
+        print(f"hf_decoder_layer skipped: {why}", file=sys.stderr)
+        return []
+    cases = hf.dense_cases()
+    cases.update({("probe", n): _decoder_fns(n)[:2] for n in HOST_LAYERS})
+    t = _low_us(cases)                   # interleaved: the probe sees the same host load
+    op = _probe_from(t)
+    lo, hi = hf.LAYERS
+    n_f, n_b = llama_graph_ops(hf.HIDDEN, hf.FFN, hf.HEADS, hf.KV_HEADS, hf.TOKENS)
+    rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
+    how = (f"transformers {hf.version()} LlamaModel (sdpa), hidden {hf.HIDDEN}, {hf.HEADS}/"
+           f"{hf.KV_HEADS} heads, {hf.TOKENS} tokens, {lo} vs {hi} layers, train mode, timed "
+           f"interleaved with the host probe (bwd op {op['bwd']:.2f} us); glue = layer - op "
+           f"graph ({n_f} fwd ops at the probe's fwd cost / {n_b} bwd ops at its bwd cost); "
+           "recompute: gradient_checkpointing_enable() (non-reentrant), wrapper = recompute "
+           "- plain (bwd: also - the re-run forward's ops and glue)")
+    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
+                           "hf_decoder_layer", how, rows)
+
+
+def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
+                graph: tuple[int, int]) -> list[tuple[str, float]]:
+    """Per-layer (metric, us) rows from ``block`` and ``recompute`` cases at ``layers``
+    (lo, hi): whole layer, glue beyond the op graph's ``graph`` (fwd, bwd) ops, the layer
+    under full recompute, and the checkpoint wrapper (recompute - plain; backward also
+    minus the re-run forward's ops and glue)."""
+    lo, hi = layers
+    n_f, n_b = graph
+    per = {(k, i): (t[(k, hi)][i] - t[(k, lo)][i]) / (hi - lo)
+           for k in ("block", "recompute") for i in (0, 1)}
+    glue_f = per[("block", 0)] - n_f * op["fwd"]
+    rows = []
+    for pas, i, n in (("fwd", 0, n_f), ("bwd", 1, n_b)):
+        rows += [(f"per layer, {pas} (whole layer)", per[("block", i)]),
+                 (f"per layer, {pas}, glue", per[("block", i)] - n * op[pas]),
+                 (f"per layer, {pas} under full recompute (whole layer)",
+                  per[("recompute", i)])]
+    return rows + [("full-recompute wrapper, fwd", per[("recompute", 0)] - per[("block", 0)]),
+                   ("full-recompute wrapper, bwd", per[("recompute", 1)] - per[("block", 1)]
+                    - n_f * op["fwd"] - glue_f)]
+
+
+def _probe_from(t: dict) -> dict[str, float]:
+    """Host us per op-graph op (fwd, bwd) from the probe cases timed among ``t``."""
+    (f0, b0), (f1, b1) = graph_ops(HOST_LAYERS[0]), graph_ops(HOST_LAYERS[1])
+    lo, hi = ("probe", HOST_LAYERS[0]), ("probe", HOST_LAYERS[1])
+    return {"fwd": (t[hi][0] - t[lo][0]) / (f1 - f0), "bwd": (t[hi][1] - t[lo][1]) / (b1 - b0)}
+
+
+def llama_graph_ops(hidden: int, ffn: int, heads: int, kv_heads: int,
+                    tokens: int) -> tuple[int, int]:
+    """The op graph's (forward, backward) ops of one Llama-style layer (RMSNorm, rotary,
+    grouped-query flash attention, SwiGLU, no dropout)."""
+    from dataclasses import replace
+
+    from simulator.cost.host import op_count
+    from simulator.workload.ops import LayerShape, backward_ops, layer_ops
+    from simulator.workload.presets import get_preset
+    m = replace(get_preset("llama3-8b"), n_layers=1, hidden=hidden, ffn_hidden=ffn,
+                n_heads=heads, n_kv_heads=kv_heads, vocab=128, seq_len=tokens, head_dim=0)
+    f = layer_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=True, dropout=False))
+    return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
 
 
 def legacy_graph_ops(hidden: int, tokens: int) -> tuple[int, int]:
@@ -323,6 +382,8 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         rows += dense_rows(base, op)
     if want("megatron_legacy_layer"):
         rows += legacy_rows(base)
+    if want("hf_decoder_layer"):
+        rows += hf_rows(base)
     if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
                             "deepspeed_bf16_grad_loop"}:
         return rows

@@ -72,7 +72,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                    help="training framework whose defaults fill what you do not state: "
                    "ZeRO stage, gradient dtype, FP8 weight cache, loss, attention, overlaps "
                    "(megatron-lm, megatron-core, nemo, megatron-deepspeed, deepspeed, "
-                   "llm-foundry, torchtitan, fsdp2, pytorch)")
+                   "llm-foundry, torchtitan, fsdp2, hf (HuggingFace transformers models, "
+                   "eager), pytorch)")
     p.add_argument("--grad-dtype", default=None,
                    help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
                    "(default: the framework's)")

@@ -313,11 +313,13 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
-    _, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
-                            calls if full else 0, layers if full else 0)
+    hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
+                              calls if full else 0, layers if full else 0)
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))
+    if hrf.ops > 0:                          # the checkpoint wrapper's forward work
+        fwd.add(_set_host(PassCost(), hrf))
     if hr.ops > 0:
         bwds[0].add(_set_host(PassCost(), hr))
     if copies.first:           # the whole backward only: B (= backward - W) then has it

@@ -46,9 +46,10 @@ class HostMechanism:
     host cost beyond an eager ``torch.nn.Linear`` (Transformer Engine's modules);
     ``layer_module_fwd_eager_ops``: per layer forward (again when full recompute re-runs it),
     the layer module's Python glue beyond its ops (Megatron-Core's ``TransformerLayer``);
-    ``recompute_layer_bwd_eager_ops``: per layer backward under full recompute, the
-    checkpoint wrapper's work beyond the re-run forward (RNG state saves and restores,
-    input detach, the nested backward call);
+    ``recompute_layer_fwd_eager_ops`` / ``recompute_layer_bwd_eager_ops``: per layer
+    forward / backward under full recompute, the checkpoint wrapper's work (RNG state saves
+    and restores, input detach, saved-tensor hooks, the nested backward call; in backward
+    beyond the re-run forward);
     ``lead_layers``: the host may run at most this many layers ahead of the device (FSDP's
     all-gather rate limiter), -1 = unbounded; ``sync_at_p2p``: the host waits for the device
     after every pipeline send/receive (Megatron's ``batch_p2p_sync``);
@@ -87,6 +88,7 @@ class HostMechanism:
     device_bytes_per_param_bwd_accumulated: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
     layer_module_fwd_eager_ops: float = 0.0
+    recompute_layer_fwd_eager_ops: float = 0.0
     recompute_layer_bwd_eager_ops: float = 0.0
     moe_layer_fwd_eager_ops: float = 0.0
     moe_layer_bwd_eager_ops: float = 0.0

@@ -58,7 +58,16 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
     zero = fields.get("zero_stage", plan.zero_stage)
     if "dp_overlap" in fields:
         fields["dp_overlap"] = beh.dp_overlap_for(zero)
-    if "host_mechanisms" in fields and zero < 3:     # FSDP unit hooks exist only under FSDP
-        fields["host_mechanisms"] = tuple(m for m in fields["host_mechanisms"]
-                                          if not m.startswith("fsdp"))
+    if "host_mechanisms" in fields:
+        fields["host_mechanisms"] = _applicable(fields["host_mechanisms"], zero,
+                                                plan.dp * plan.cp)
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)
+
+
+def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int) -> tuple[str, ...]:
+    """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
+    (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in DDP (ZeRO < 3 and
+    more than one data-parallel replica)."""
+    return tuple(m for m in mechanisms
+                 if not (m.startswith("fsdp") and zero < 3)
+                 and not (m == "ddp_param_hooks" and (zero >= 3 or replicas <= 1)))

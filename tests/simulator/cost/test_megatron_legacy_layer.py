@@ -96,7 +96,7 @@ def test_charged_per_layer_forward_and_backward(mode):
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(layers * fwd)
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * bwd)
     a, b = _chunk((), mode, "full"), _chunk(("megatron_legacy_layer",), mode, "full")
-    wrapper = LEGACY.recompute_layer_bwd_eager_ops * 10e-6         # not scaled by the mode
+    wrapper = LEGACY.recompute_layer_bwd_eager_ops * 10e-6 * HOST.modes[mode].op_scale
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * (fwd + bwd + wrapper))
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(layers * fwd)
 
