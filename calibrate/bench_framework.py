@@ -295,12 +295,20 @@ def hf_rows(base: dict) -> list[dict]:
     lo, hi = hf.LAYERS
     n_f, n_b = llama_graph_ops(hf.HIDDEN, hf.FFN, hf.HEADS, hf.KV_HEADS, hf.TOKENS)
     rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
+    e_f, e_b = llama_graph_ops(hf.HIDDEN, hf.FFN, hf.HEADS, hf.KV_HEADS, hf.TOKENS,
+                               outside=True)
+    for pas, i, n in (("fwd", 0, e_f), ("bwd", 1, e_b)):
+        layer = (t[("block", hi)][i] - t[("block", lo)][i]) / (hi - lo)
+        rows.append((f"per model pass, {pas}, outside the layers, glue",
+                     t[("block", lo)][i] - lo * layer - n * op[pas]))
     how = (f"transformers {hf.version()} LlamaModel (sdpa), hidden {hf.HIDDEN}, {hf.HEADS}/"
            f"{hf.KV_HEADS} heads, {hf.TOKENS} tokens, {lo} vs {hi} layers, train mode, timed "
            f"interleaved with the host probe (bwd op {op['bwd']:.2f} us); glue = layer - op "
            f"graph ({n_f} fwd ops at the probe's fwd cost / {n_b} bwd ops at its bwd cost); "
            "recompute: gradient_checkpointing_enable() (non-reentrant), wrapper = recompute "
-           "- plain (bwd: also - the re-run forward's ops and glue)")
+           f"- plain (bwd: also - the re-run forward's ops and glue); model pass = the {lo}-"
+           f"layer model - its layer - the op graph's embedding, head and loss ({e_f} fwd / "
+           f"{e_b} bwd ops)")
     return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
                            "hf_decoder_layer", how, rows)
 
@@ -334,18 +342,26 @@ def _probe_from(t: dict) -> dict[str, float]:
     return {"fwd": (t[hi][0] - t[lo][0]) / (f1 - f0), "bwd": (t[hi][1] - t[lo][1]) / (b1 - b0)}
 
 
-def llama_graph_ops(hidden: int, ffn: int, heads: int, kv_heads: int,
-                    tokens: int) -> tuple[int, int]:
+def llama_graph_ops(hidden: int, ffn: int, heads: int, kv_heads: int, tokens: int,
+                    outside: bool = False) -> tuple[int, int]:
     """The op graph's (forward, backward) ops of one Llama-style layer (RMSNorm, rotary,
-    grouped-query flash attention, SwiGLU, no dropout)."""
+    grouped-query flash attention, SwiGLU, no dropout); ``outside``: of the model's ops
+    outside the layers instead (embedding, final norm, LM head, eager loss)."""
     from dataclasses import replace
 
     from simulator.cost.host import op_count
-    from simulator.workload.ops import LayerShape, backward_ops, layer_ops
+    from simulator.workload.ops import (
+        LayerShape,
+        backward_ops,
+        embedding_ops,
+        head_ops,
+        layer_ops,
+    )
     from simulator.workload.presets import get_preset
     m = replace(get_preset("llama3-8b"), n_layers=1, hidden=hidden, ffn_hidden=ffn,
                 n_heads=heads, n_kv_heads=kv_heads, vocab=128, seq_len=tokens, head_dim=0)
-    f = layer_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=True, dropout=False))
+    sh = LayerShape(micro_batch=1, seq_len=tokens, flash=True, dropout=False, loss="eager")
+    f = embedding_ops(m, sh) + head_ops(m, sh) if outside else layer_ops(m, sh)
     return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
 
 

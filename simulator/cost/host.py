@@ -151,6 +151,17 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 
+def model_host(names: tuple[str, ...], prof: Profile, mode: str) -> tuple[HostCost, HostCost]:
+    """(forward, backward) host time of the model's Python outside its layers, per
+    micro-batch pass (``model_fwd_eager_ops`` / ``model_bwd_eager_ops``), module code:
+    scaled by the launch ``mode``."""
+    scale = host_mode(mode).op_scale
+    return (mechanism_host(sum(HOST.mechanisms[n].model_fwd_eager_ops for n in names) * scale,
+                           prof),
+            mechanism_host(sum(HOST.mechanisms[n].model_bwd_eager_ops for n in names) * scale,
+                           prof))
+
+
 @dataclass(frozen=True)
 class DeviceCopies:
     """Device copies the mechanisms add to one chunk pass: ``fwd``; in backward ``first``

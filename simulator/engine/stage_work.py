@@ -21,6 +21,7 @@ from ..cost.host import (
     layer_host,
     linear_calls,
     mechanisms_host,
+    model_host,
     moe_layer_host,
     param_tensors,
     fsdp_lane_ops,
@@ -288,6 +289,10 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         calls += linear_calls(extra)
     _add_per_param_work(fwd, (bwd, wgrad), params, (len(layers), tensors, calls), plan,
                         cluster, prof, groups)
+    if first:                        # the model's own Python, where its forward starts
+        mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode)
+        fwd.add(_set_host(PassCost(), mf))
+        bwd.add(_set_host(PassCost(), mb))          # the loss's backward starts B
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)

@@ -46,6 +46,10 @@ class HostMechanism:
     host cost beyond an eager ``torch.nn.Linear`` (Transformer Engine's modules);
     ``layer_module_fwd_eager_ops``: per layer forward (again when full recompute re-runs it),
     the layer module's Python glue beyond its ops (Megatron-Core's ``TransformerLayer``);
+    ``model_fwd_eager_ops`` / ``model_bwd_eager_ops``: per micro-batch forward / backward
+    pass, the model's Python outside its layers beyond the op graph's embedding, head and
+    loss ops (a causal mask, a rotary table, the head's and loss's wrappers), on the chunk
+    that holds the embedding;
     ``recompute_layer_fwd_eager_ops`` / ``recompute_layer_bwd_eager_ops``: per layer
     forward / backward under full recompute, the checkpoint wrapper's work (RNG state saves
     and restores, input detach, saved-tensor hooks, the nested backward call; in backward
@@ -88,6 +92,8 @@ class HostMechanism:
     device_bytes_per_param_bwd_accumulated: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
     layer_module_fwd_eager_ops: float = 0.0
+    model_fwd_eager_ops: float = 0.0
+    model_bwd_eager_ops: float = 0.0
     recompute_layer_fwd_eager_ops: float = 0.0
     recompute_layer_bwd_eager_ops: float = 0.0
     moe_layer_fwd_eager_ops: float = 0.0

@@ -54,8 +54,10 @@ def _runs() -> list[dict[str, tuple[float, float, float]]]:
 
 def test_the_bench_layer_in_op_graph_ops():
     """A Llama-style layer as the op graph has it: 11 forward ops (norms, qkv, rotary,
-    flash attention, output, residuals, SwiGLU's two GEMMs and activation), 15 backward."""
+    flash attention, output, residuals, SwiGLU's two GEMMs and activation), 15 backward;
+    outside the layers 11 / 12 (embedding, final norm, LM head, the eager loss's kernels)."""
     assert llama_graph_ops(32, 64, 4, 2, 32) == (11, 15)
+    assert llama_graph_ops(32, 64, 4, 2, 32, outside=True) == (11, 12)
 
 
 def test_rows_are_their_stated_differences_and_the_mechanism_their_medians():
@@ -78,6 +80,11 @@ def test_rows_are_their_stated_differences_and_the_mechanism_their_medians():
         med["full-recompute wrapper, fwd"], abs=0.01)
     assert HF.recompute_layer_bwd_eager_ops == pytest.approx(
         med["full-recompute wrapper, bwd"], abs=0.01)
+    assert HF.model_fwd_eager_ops == pytest.approx(
+        med["per model pass, fwd, outside the layers, glue"], abs=0.01)
+    assert HF.model_bwd_eager_ops == pytest.approx(
+        med["per model pass, bwd, outside the layers, glue"], abs=0.01)
+    assert HF.model_fwd_eager_ops > 0 and HF.model_bwd_eager_ops > 0
 
 
 def test_the_hf_framework_carries_it_and_ddp_hooks_only_with_replicas():
@@ -111,9 +118,21 @@ def test_charged_per_layer_and_per_recomputed_layer(mode):
     n = len(b.layers)
     glue = HF.layer_module_fwd_eager_ops * s
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
-        n * (glue + HF.recompute_layer_fwd_eager_ops * s) * 10e-6)
+        (n * (glue + HF.recompute_layer_fwd_eager_ops * s) + HF.model_fwd_eager_ops * s) * 10e-6)
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
-        n * (HF.layer_bwd_eager_ops + glue + HF.recompute_layer_bwd_eager_ops * s) * 10e-6)
+        (n * (HF.layer_bwd_eager_ops + glue + HF.recompute_layer_bwd_eager_ops * s)
+         + HF.model_bwd_eager_ops * s) * 10e-6)
+
+
+def test_model_python_charged_once_per_pass_on_the_embedding_chunk():
+    a, b = _chunk(()), _chunk(("hf_decoder_layer",))
+    n = len(b.layers)
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
+        (n * HF.layer_module_fwd_eager_ops + HF.model_fwd_eager_ops) * 10e-6)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
+        (n * HF.layer_bwd_eager_ops + HF.model_bwd_eager_ops) * 10e-6)
+    # the weight-gradient half carries the per-layer part only
+    assert b.wgrad.host_s - a.wgrad.host_s == pytest.approx(n * HF.layer_bwd_eager_ops * 10e-6)
 
 
 def _published_ms() -> float:
