@@ -209,9 +209,13 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     stay gathered from forward to backward unless resharded. The loss's backward starts
     with the first layer of backward being gathered. A layer runs backward gathered with
     ``fsdp_prefetch_layers`` more gathered ahead; by its end it has produced unsharded
-    gradients in the compute dtype and then casts them to the reduce dtype for the
-    reduce-scatter (torch FSDP2 ``_fsdp_param_group.post_backward``), after it frees
-    its own gathered parameters. The largest layer stands for every layer.
+    gradients in the compute dtype and then, after it frees its own gathered parameters,
+    copies them into the reduce-scatter input in the reduce dtype while they are still
+    alive (FSDP2 ``foreach_reduce``: ``_chunk_cat`` into the new buffer before
+    ``unsharded_grads.clear()``; FSDP1 ``_post_backward_hook``: ``grad.to(reduce_dtype)``,
+    the 16-bit gradient kept until the reduce-scatter by ``record_stream``): compute-dtype
+    plus reduce-dtype bytes per parameter, or the parameters and gradients before the
+    free, whichever is more. The largest layer stands for every layer.
 
     Under pipeline parallelism with ``fsdp_pp_once_per_step`` (torchtitan) nothing is
     resharded or reduced until the step's last backward (torch pipelining:
@@ -221,7 +225,6 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     if plan.zero_stage < 3:
         return 0.0, 0.0, 0.0
     c, pb = plan.memory, _compute_param_bytes(plan)
-    g = 4.0 if plan.precision == Dtype.FP32 else float(c.grad_dtype.bytes)
     if plan.pp > 1 and c.fsdp_pp_once_per_step:
         held = sum(ch.params for ch in chunks) * (pb + grad_reduce_bytes(plan))
         return held, held, held
@@ -229,7 +232,7 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     layer = max(ch.max_layer_params for ch in chunks)
     ahead = c.fsdp_prefetch_layers * layer * pb
     return (root + layer * pb, root + layer * pb + ahead,
-            root + ahead + layer * max(2 * pb, g))
+            root + ahead + layer * max(2 * pb, pb + grad_reduce_bytes(plan)))
 
 
 def bucket_bytes(params: float, plan: Plan) -> float:
