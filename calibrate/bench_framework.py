@@ -257,14 +257,10 @@ def legacy_rows(base: dict) -> list[dict]:
     legacy layer's host time, whole and beyond the op graph's ops (forward ops at the
     probe's forward cost, backward ops at its backward cost); none without the checkout."""
     from . import bench_megatron_legacy as lg
-    why = lg.available()
-    if why:
-        print(f"megatron_legacy_layer skipped: {why}", file=sys.stderr)
+    timed = _with_probe(lg, "megatron_legacy_layer")
+    if timed is None:
         return []
-    cases = lg.dense_cases()
-    cases.update({("probe", n): _decoder_fns(n)[:2] for n in HOST_LAYERS})
-    t = _low_us(cases)                   # interleaved: the probe sees the same host load
-    op = _probe_from(t)
+    t, op = timed
     lo, hi = lg.LAYERS
     n_f, n_b = legacy_graph_ops(lg.HIDDEN, lg.TOKENS)
     rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
@@ -284,14 +280,10 @@ def hf_rows(base: dict) -> list[dict]:
     layer's host time, whole and beyond the op graph's ops for the same layer; none without
     ``transformers``."""
     from . import bench_hf_host as hf
-    why = hf.available()
-    if why:
-        print(f"hf_decoder_layer skipped: {why}", file=sys.stderr)
+    timed = _with_probe(hf, "hf_decoder_layer")
+    if timed is None:
         return []
-    cases = hf.dense_cases()
-    cases.update({("probe", n): _decoder_fns(n)[:2] for n in HOST_LAYERS})
-    t = _low_us(cases)                   # interleaved: the probe sees the same host load
-    op = _probe_from(t)
+    t, op = timed
     lo, hi = hf.LAYERS
     n_f, n_b = llama_graph_ops(hf.HIDDEN, hf.FFN, hf.HEADS, hf.KV_HEADS, hf.TOKENS)
     rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
@@ -333,6 +325,20 @@ def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
     return rows + [("full-recompute wrapper, fwd", per[("recompute", 0)] - per[("block", 0)]),
                    ("full-recompute wrapper, bwd", per[("recompute", 1)] - per[("block", 1)]
                     - n_f * op["fwd"] - glue_f)]
+
+
+def _with_probe(bench, mechanism: str) -> tuple[dict, dict[str, float]] | None:
+    """``bench.dense_cases()`` timed interleaved with the host probe (so the probe sees the
+    same host load) and the probe's us per op (fwd, bwd); None, with a message on stderr
+    naming ``mechanism``, when ``bench.available()`` says why not."""
+    why = bench.available()
+    if why:
+        print(f"{mechanism} skipped: {why}", file=sys.stderr)
+        return None
+    cases = bench.dense_cases()
+    cases.update({("probe", n): _decoder_fns(n)[:2] for n in HOST_LAYERS})
+    t = _low_us(cases)
+    return t, _probe_from(t)
 
 
 def _probe_from(t: dict) -> dict[str, float]:

@@ -31,25 +31,11 @@ from simulator.workload.hf import from_hf_config
 from simulator.workload.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[3]
-CSV = ROOT / "hardware_db" / "data" / "measurements" / "host_mechanisms.csv"
 HF = HOST.mechanisms["hf_decoder_layer"]
 LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
             "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 16,
             "vocab_size": 128256, "max_position_embeddings": 131072, "head_dim": 64,
             "tie_word_embeddings": True, "hidden_act": "silu"}
-
-
-def _runs() -> list[dict[str, tuple[float, float, float]]]:
-    runs: list[dict[str, tuple[float, float, float]]] = []
-    with CSV.open() as fh:
-        for r in csv.DictReader(fh):
-            if r["mechanism"] != "hf_decoder_layer":
-                continue
-            if r["metric"] == "per layer, fwd (whole layer)":
-                runs.append({})
-            runs[-1][r["metric"]] = (float(r["eager_ops"]), float(r["value_us"]),
-                                     float(r["op_fwd_us_same_run"]))
-    return runs
 
 
 def test_the_bench_layer_in_op_graph_ops():
@@ -60,8 +46,8 @@ def test_the_bench_layer_in_op_graph_ops():
     assert llama_graph_ops(32, 64, 4, 2, 32, outside=True) == (11, 12)
 
 
-def test_rows_are_their_stated_differences_and_the_mechanism_their_medians():
-    runs = _runs()
+def test_rows_are_their_stated_differences_and_the_mechanism_their_medians(mechanism_runs):
+    runs = mechanism_runs("hf_decoder_layer")
     assert len(runs) == 3
     for r in runs:
         whole, glue = r["per layer, fwd (whole layer)"], r["per layer, fwd, glue"]

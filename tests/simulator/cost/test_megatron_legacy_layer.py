@@ -6,7 +6,6 @@ re-run forward's ops and glue, and they are charged per layer forward (again und
 recompute, scaled by the launch mode), per layer backward and per recomputed layer."""
 from __future__ import annotations
 
-import csv
 import dataclasses
 import statistics
 from pathlib import Path
@@ -23,24 +22,9 @@ from simulator.parallel.plan import Plan
 from simulator.workload.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[3]
-CSV = ROOT / "hardware_db" / "data" / "measurements" / "host_mechanisms.csv"
 MODEL = get_preset("tiny-2l-128")
 BASE = hardware_db.load_profile("a100-sxm-80gb")
 LEGACY = HOST.mechanisms["megatron_legacy_layer"]
-
-
-def _runs() -> list[dict[str, float]]:
-    """The measured rows, one dict (metric -> (eager ops, us, probe us)) per bench run."""
-    runs: list[dict[str, tuple[float, float, float]]] = []
-    with CSV.open() as fh:
-        for r in csv.DictReader(fh):
-            if r["mechanism"] != "megatron_legacy_layer":
-                continue
-            if r["metric"] == "per layer, fwd (whole layer)":
-                runs.append({})
-            runs[-1][r["metric"]] = (float(r["eager_ops"]), float(r["value_us"]),
-                                     float(r["op_fwd_us_same_run"]))
-    return runs
 
 
 def test_the_bench_layer_in_op_graph_ops():
@@ -49,8 +33,8 @@ def test_the_bench_layer_in_op_graph_ops():
     assert legacy_graph_ops(32, 32) == (13, 19)
 
 
-def test_glue_rows_are_the_layer_beyond_its_ops_and_the_mechanism_their_median():
-    runs = _runs()
+def test_glue_rows_are_the_layer_beyond_its_ops_and_the_mechanism_their_median(mechanism_runs):
+    runs = mechanism_runs("megatron_legacy_layer")
     assert len(runs) == 3
     for r in runs:
         whole, glue = r["per layer, fwd (whole layer)"], r["per layer, fwd, glue"]

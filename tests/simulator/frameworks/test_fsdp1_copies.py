@@ -18,23 +18,6 @@ torch = pytest.importorskip("torch")
 
 import hardware_db  # noqa: E402
 from simulator.cost.host import device_copy_ops, fsdp_lane_ops  # noqa: E402
-from simulator.frameworks import HOST  # noqa: E402
-
-WORLD = 4
-
-
-@pytest.fixture
-def fake_world():
-    """A fake process group of ``WORLD`` ranks (no communication), torn down afterwards
-    unless another test had one up already."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    ours = not dist.is_initialized()
-    if ours:
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
-    yield dist.get_world_size()
-    if ours:
-        dist.destroy_process_group()
 
 
 def _nbytes(x) -> int:

@@ -13,23 +13,6 @@ torch = pytest.importorskip("torch")
 from simulator.cost.host import device_copy_ops  # noqa: E402
 from simulator.frameworks import HOST  # noqa: E402
 
-WORLD = 4
-
-
-@pytest.fixture
-def fake_world():
-    """A fake process group of ``WORLD`` ranks (no communication), torn down afterwards
-    unless another test had one up already."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    ours = not dist.is_initialized()
-    if ours:
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
-    yield dist.get_world_size()
-    if ours:
-        dist.destroy_process_group()
-
-
 def test_fsdp2_copy_bytes_per_parameter_match_the_mechanism(monkeypatch, fake_world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
