@@ -264,13 +264,17 @@ def legacy_rows(base: dict) -> list[dict]:
     lo, hi = lg.LAYERS
     n_f, n_b = legacy_graph_ops(lg.HIDDEN, lg.TOKENS)
     rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
+    rows += _model_rows(t, op, (lo, hi), legacy_graph_ops(lg.HIDDEN, lg.TOKENS, outside=True),
+                        "model")
     how = (f"Megatron-LM legacy ParallelTransformer ({lg.ENV}), hidden {lg.HIDDEN}, "
            f"{lg.TOKENS} tokens, {lo} vs {hi} layers, bias, dropout 0.1, fused softmax path, "
            "real RNG tracker on the CPU generator, timed interleaved with the host probe "
            f"(bwd op {op['bwd']:.2f} us); glue = layer - op graph ({n_f} fwd ops at the "
            f"probe's fwd cost / {n_b} bwd ops at its bwd cost); recompute: full, uniform, 1 "
            "layer per checkpoint, wrapper = recompute - plain (bwd: also - the re-run "
-           "forward's ops and glue)")
+           "forward's ops and glue); model pass = the 1-layer GPT model's micro-batch "
+           "(pretrain_gpt.forward_step + loss_func) - its layer - the op graph's embedding, "
+           "head and loss ops")
     return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
                            "megatron_legacy_layer", how, rows)
 
@@ -289,11 +293,8 @@ def hf_rows(base: dict) -> list[dict]:
     rows = _layer_rows(t, op, (lo, hi), (n_f, n_b))
     e_f, e_b = llama_graph_ops(hf.HIDDEN, hf.FFN, hf.HEADS, hf.KV_HEADS, hf.TOKENS,
                                outside=True)
-    for pas, i, n in (("fwd", 0, e_f), ("bwd", 1, e_b)):
-        layer = (t[("block", hi)][i] - t[("block", lo)][i]) / (hi - lo)
-        rows.append((f"per model pass, {pas}, outside the layers, glue",
-                     t[("block", lo)][i] - lo * layer - n * op[pas]))
-    how = (f"transformers {hf.version()} LlamaModel (sdpa), hidden {hf.HIDDEN}, {hf.HEADS}/"
+    rows += _model_rows(t, op, (lo, hi), (e_f, e_b), "block")
+    how = (f"transformers {hf.version()} LlamaForCausalLM with labels (sdpa), hidden {hf.HIDDEN}, {hf.HEADS}/"
            f"{hf.KV_HEADS} heads, {hf.TOKENS} tokens, {lo} vs {hi} layers, train mode, timed "
            f"interleaved with the host probe (bwd op {op['bwd']:.2f} us); glue = layer - op "
            f"graph ({n_f} fwd ops at the probe's fwd cost / {n_b} bwd ops at its bwd cost); "
@@ -325,6 +326,20 @@ def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
     return rows + [("full-recompute wrapper, fwd", per[("recompute", 0)] - per[("block", 0)]),
                    ("full-recompute wrapper, bwd", per[("recompute", 1)] - per[("block", 1)]
                     - n_f * op["fwd"] - glue_f)]
+
+
+def _model_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
+                outside: tuple[int, int], kind: str) -> list[tuple[str, float]]:
+    """The model's Python outside its layers, per micro-batch pass: the ``lo``-layer whole
+    model (cases ``(kind, n)``) minus its layers (per layer from ``lo`` vs ``hi``) minus the
+    op graph's ``outside`` (fwd, bwd) embedding, head and loss ops."""
+    lo, hi = layers
+    rows = []
+    for pas, i, n in (("fwd", 0, outside[0]), ("bwd", 1, outside[1])):
+        layer = (t[(kind, hi)][i] - t[(kind, lo)][i]) / (hi - lo)
+        rows.append((f"per model pass, {pas}, outside the layers, glue",
+                     t[(kind, lo)][i] - lo * layer - n * op[pas]))
+    return rows
 
 
 def _with_probe(bench, mechanism: str) -> tuple[dict, dict[str, float]] | None:
@@ -371,14 +386,23 @@ def llama_graph_ops(hidden: int, ffn: int, heads: int, kv_heads: int, tokens: in
     return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
 
 
-def legacy_graph_ops(hidden: int, tokens: int) -> tuple[int, int]:
+def legacy_graph_ops(hidden: int, tokens: int, outside: bool = False) -> tuple[int, int]:
     """The op graph's (forward, backward) ops of one layer as Megatron-LM's legacy GPT runs
-    it: materialized attention (fused softmax), attention and hidden dropout."""
+    it: materialized attention (fused softmax), attention and hidden dropout; ``outside``:
+    of the model's ops outside the layers instead (embedding, final norm, output layer,
+    Megatron's cross-entropy)."""
     from simulator.cost.host import op_count
-    from simulator.workload.ops import LayerShape, backward_ops, layer_ops
+    from simulator.workload.ops import (
+        LayerShape,
+        backward_ops,
+        embedding_ops,
+        head_ops,
+        layer_ops,
+    )
     from simulator.workload.spec import TransformerSpec
     m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
-    f = layer_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True))
+    sh = LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True, loss="megatron")
+    f = embedding_ops(m, sh) + head_ops(m, sh) if outside else layer_ops(m, sh)
     return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
 
 

@@ -10,8 +10,14 @@ TorchScript bias-GeLU and bias-dropout-add functions, query-key layer scaling, a
 fused causal softmax path (``FusedScaleMaskSoftmax.forward_fused_softmax``: one autograd
 Function). Megatron-LM is not pip-installable: point ``MEGATRON_LM_PATH`` at a directory
 holding its ``megatron/`` package (and ``tools/retro``, which ``megatron.arguments``
-imports), e.g. ``git archive 23.04 megatron tools/retro | tar -x -C DIR``; without it the
-case is skipped with a message.
+imports, and ``pretrain_gpt.py``), e.g. ``git archive 23.04 megatron tools/retro
+pretrain_gpt.py | tar -x -C DIR``; without it the case is skipped with a message.
+
+Also timed: one micro-batch of the whole GPT model as ``pretrain_gpt.forward_step`` runs it
+(``get_batch``: the tensor-parallel broadcast of the batch and the causal mask and position
+ids; the embedding; the output layer and the vocab-parallel cross-entropy; ``loss_func``'s
+loss averaging) with 1 and 5 layers: what the 1-layer model costs beyond its layer and the
+op graph's embedding, head and loss ops is the model's Python per micro-batch.
 
 Also timed: the same blocks under full activation recompute (every layer checkpointed),
 whose extra over the plain block is the checkpoint wrapper (RNG state saves and restores,
@@ -46,16 +52,18 @@ ENV = "MEGATRON_LM_PATH"
 LAYERS = (1, 5)
 HIDDEN, TOKENS, HEADS = 32, 32, 4
 _STUBS = ("six", "regex", "apex", "amp_C", "einops", "flash_attn", "nltk", "sentencepiece",
-          "tiktoken", "transformer_engine")
+          "tiktoken", "transformer_engine", "torchvision", "PIL")
 
 
 def available() -> str:
-    """'' when ``MEGATRON_LM_PATH`` holds Megatron-LM's legacy model code, else why not."""
+    """'' when ``MEGATRON_LM_PATH`` holds Megatron-LM's legacy model code and its GPT
+    training script, else why not."""
     root = os.environ.get(ENV, "")
     if not root:
         return f"{ENV} is not set (a directory holding Megatron-LM's megatron/ package)"
-    if not (Path(root) / "megatron" / "model" / "transformer.py").is_file():
-        return f"{ENV}={root} has no megatron/model/transformer.py (the legacy model code)"
+    for need in ("megatron/model/transformer.py", "pretrain_gpt.py"):
+        if not (Path(root) / need).is_file():
+            return f"{ENV}={root} has no {need}"
     return ""
 
 
@@ -186,10 +194,64 @@ def _block(args, layers: int, recompute: bool = False):
     args.recompute_method, args.recompute_num_layers = ("uniform", 1) if recompute else (None, None)
     block = ParallelTransformer(init_method_normal(0.02), scaled_init_method_normal(0.02, layers),
                                 self_attn_mask_type=AttnMaskType.causal)
-    for mod in block.modules():
+    _fused_softmax(block)
+    return block
+
+
+def _gpt_forward_step(args):
+    """``pretrain_gpt.forward_step`` and a batch iterator, as Megatron-LM's GPT training
+    runs a micro-batch (get_batch's broadcast and masks, the model, the loss function), on
+    this CPU: ``.cuda()`` returns the tensor, ``torch.cuda.LongTensor`` is the CPU one, the
+    training and dataset modules (not used by a step) are empty, the tokenizer only has
+    ``eod``; NumPy's removed aliases are put back for the old dataset code's import."""
+    import numpy as np
+    import torch
+    for alias, kind in (("float", float), ("int", int), ("bool", bool)):
+        if alias not in np.__dict__:
+            setattr(np, alias, kind)
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.cuda.LongTensor, torch.cuda.FloatTensor = torch.LongTensor, torch.FloatTensor
+    for name, attr in (("megatron.training", "pretrain"),
+                       ("megatron.data.gpt_dataset", "build_train_valid_test_datasets")):
+        mod = types.ModuleType(name)
+        setattr(mod, attr, None)
+        sys.modules[name] = mod
+    from megatron import global_vars
+    global_vars._GLOBAL_TOKENIZER = types.SimpleNamespace(eod=0)
+    args.padded_vocab_size = 128
+    args.reset_position_ids = args.reset_attention_mask = args.eod_mask_loss = False
+    import pretrain_gpt
+    batch = {"text": torch.randint(1, 128, (1, TOKENS + 1))}
+    return pretrain_gpt, iter(lambda: batch, None)
+
+
+def _gpt_cases(args) -> dict:
+    """(``model``, layers) -> one micro-batch of the whole GPT model (forward step and loss;
+    backward of the loss)."""
+    gpt, data = _gpt_forward_step(args)
+    out = {}
+    for n in LAYERS:
+        args.num_layers = args.encoder_num_layers = n
+        args.recompute_granularity = args.recompute_method = args.recompute_num_layers = None
+        model = gpt.model_provider()
+        _fused_softmax(model)
+
+        def fwd(model=model):
+            output, loss_func = gpt.forward_step(data, model)
+            return loss_func(output)[0]
+
+        def bwd(loss, model=model):
+            loss.backward()
+            for p in model.parameters():
+                p.grad = None
+        out[("model", n)] = (fwd, bwd)
+    return out
+
+
+def _fused_softmax(module) -> None:
+    for mod in module.modules():
         if type(mod).__name__ == "FusedScaleMaskSoftmax":
             mod.input_in_float16 = True          # the GPU's 16-bit path: the fused kernel
-    return block
 
 
 def dense_cases() -> dict:
@@ -206,4 +268,4 @@ def dense_cases() -> dict:
         for n in LAYERS:
             x = torch.randn(TOKENS, 1, HIDDEN, requires_grad=True)
             out[(kind, n)] = _fwd_bwd(_block(args, n, kind == "recompute"), x, mask)
-    return out
+    return {**out, **_gpt_cases(args)}
