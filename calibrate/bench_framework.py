@@ -24,6 +24,8 @@
 * ``mcore_layer_glue``: Megatron-Core's dense ``TransformerLayer`` (local spec, same module):
   per layer, what is left beyond the op graph's ops, the parallel linears' extra over
   ``nn.Linear`` and the unfused attention's extra;
+* ``mcore_model``: a whole Megatron-Core ``GPTModel`` (same module): the model's own Python
+  outside its layers per micro-batch pass;
 * ``megatron_legacy_layer``: Megatron-LM's legacy ``ParallelTransformerLayer``
   (``calibrate.bench_megatron_legacy``; needs ``MEGATRON_LM_PATH``, skipped with a message
   otherwise): per layer, forward and backward, what is left beyond the op graph's ops
@@ -252,6 +254,29 @@ def dense_rows(base: dict, op: float) -> list[dict]:
     return _mechanism_rows(base, op, "mcore_layer_glue", how, rows)
 
 
+def mcore_model_rows(base: dict) -> list[dict]:
+    """``mcore_model`` rows (``calibrate.bench_mcore_host.model_cases``): a Megatron-Core
+    GPTModel's Python outside its layers per micro-batch pass; none without megatron-core."""
+    import types
+
+    from . import bench_mcore_host as mc
+    timed = _with_probe(types.SimpleNamespace(available=mc.available,
+                                              dense_cases=mc.model_cases), "mcore_model")
+    if timed is None:
+        return []
+    t, op = timed
+    lo, hi = mc.DENSE_LAYERS
+    outside = legacy_graph_ops(mc.HIDDEN, mc.TOKENS, outside=True)
+    rows = _model_rows(t, op, (lo, hi), outside, "model")
+    how = (f"Megatron-Core GPTModel (local spec, rope, labels), hidden {mc.HIDDEN}, "
+           f"{mc.TOKENS} tokens, {lo} vs {hi} layers, timed interleaved with the host probe "
+           f"(bwd op {op['bwd']:.2f} us); model pass = the {lo}-layer model - its layer - "
+           f"the op graph's embedding, head and loss ({outside[0]} fwd / {outside[1]} bwd "
+           "ops, Megatron's unfused cross-entropy)")
+    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
+                           "mcore_model", how, rows)
+
+
 def legacy_rows(base: dict) -> list[dict]:
     """``megatron_legacy_layer`` rows (``calibrate.bench_megatron_legacy``): a Megatron-LM
     legacy layer's host time, whole and beyond the op graph's ops (forward ops at the
@@ -426,6 +451,8 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         rows += moe_rows(base, op)
     if want("mcore_layer_glue"):
         rows += dense_rows(base, op)
+    if want("mcore_model"):
+        rows += mcore_model_rows(base)
     if want("megatron_legacy_layer"):
         rows += legacy_rows(base)
     if want("hf_decoder_layer"):

@@ -23,6 +23,11 @@ left after the op graph's own ops, the parallel linears' extra over ``nn.Linear`
 Engine replaces those: ``te_modules``) and the unfused attention's extra (Transformer Engine
 runs fused attention).
 
+**Model** (``model_cases``): a whole ``GPTModel`` (the same local-spec layers, rotary
+positions, its embedding, output layer and vocab-parallel cross-entropy) of 1 and 5 layers,
+one micro-batch to the loss and back: what the 1-layer model costs beyond its layer and the
+op graph's embedding, head and loss ops is the model's own Python per pass.
+
 Megatron-Core is not a dependency of this project: ``pip install megatron-core`` (0.16.1 was
 measured) to run it; without it the cases are skipped with a message. Its CUDA-only calls
 are replaced by CPU stand-ins (streams and events that do nothing; ``torch.cuda.
@@ -194,4 +199,33 @@ def dense_cases() -> dict:
     q, k, v = (torch.randn(TOKENS, 1, 4, HIDDEN // 4, requires_grad=True) for _ in range(3))
     out[("core", 0)] = _fwd_bwd(core, q, k, v, mask, attn_mask_type=AttnMaskType.causal)
     out[("harness", 0)] = _fwd_bwd(torch.nn.Identity(), x)
+    return out
+
+
+def model_cases() -> dict:
+    """Timing cases: (``model``, layers) for 1 and 5 layers -> one micro-batch of a whole
+    Megatron-Core ``GPTModel`` (local spec, rotary positions, labels: the model computes
+    its vocab-parallel cross-entropy) -> (forward to the summed loss, its backward)."""
+    import torch
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    _cpu_shims()
+    _init_parallel()
+    ids = torch.randint(0, 128, (1, TOKENS))
+    pos = torch.arange(TOKENS)[None]
+    mask = torch.triu(torch.ones(TOKENS, TOKENS), diagonal=1).bool()[None, None]
+    out = {}
+    for n in DENSE_LAYERS:
+        model = GPTModel(_dense_config(n), transformer_layer_spec=get_gpt_layer_local_spec(),
+                         vocab_size=128, max_sequence_length=TOKENS,
+                         position_embedding_type="rope")
+
+        def fwd(model=model):
+            return model(ids, pos, mask, labels=ids).sum()
+
+        def bwd(loss, model=model):
+            loss.backward()
+            for p in model.parameters():
+                p.grad = None
+        out[("model", n)] = (fwd, bwd)
     return out

@@ -82,3 +82,22 @@ def test_charged_per_layer_forward_scaled_by_the_mode(mode, scale):
     # the re-run forward precedes the input-gradient pass: B of a split backward has it,
     # the weight-gradient half (W) does not
     assert b.wgrad.host_s == pytest.approx(a.wgrad.host_s)
+
+
+def test_model_python_is_the_median_of_its_runs_and_megatron_core_carries_it():
+    """Megatron-Core's GPTModel Python outside its layers (frameworks.json "mcore_model"):
+    the medians of its three bench runs, charged by the frameworks built on Megatron-Core."""
+    import csv as _csv
+    rows: dict[str, list[float]] = {}
+    with CSV.open() as fh:
+        for r in _csv.DictReader(fh):
+            if r["mechanism"] == "mcore_model":
+                rows.setdefault(r["metric"], []).append(float(r["eager_ops"]))
+    m = HOST.mechanisms["mcore_model"]
+    fwd = rows["per model pass, fwd, outside the layers, glue"]
+    bwd = rows["per model pass, bwd, outside the layers, glue"]
+    assert len(fwd) == len(bwd) == 3
+    assert m.model_fwd_eager_ops == pytest.approx(statistics.median(fwd), abs=0.01)
+    assert m.model_bwd_eager_ops == pytest.approx(statistics.median(bwd), abs=0.01)
+    for fw in ("megatron-core", "nemo"):
+        assert "mcore_model" in HOST.framework(fw).mechanisms
