@@ -319,7 +319,8 @@ def hf_rows(base: dict) -> list[dict]:
     e_f, e_b = llama_graph_ops(hf.HIDDEN, hf.FFN, hf.HEADS, hf.KV_HEADS, hf.TOKENS,
                                outside=True)
     rows += _model_rows(t, op, (lo, hi), (e_f, e_b), "block")
-    how = (f"transformers {hf.version()} LlamaForCausalLM with labels (sdpa), hidden {hf.HIDDEN}, {hf.HEADS}/"
+    how = (f"transformers {hf.version()} LlamaForCausalLM with labels, use_cache as the "
+           f"config (on; off under checkpointing) (sdpa), hidden {hf.HIDDEN}, {hf.HEADS}/"
            f"{hf.KV_HEADS} heads, {hf.TOKENS} tokens, {lo} vs {hi} layers, train mode, timed "
            f"interleaved with the host probe (bwd op {op['bwd']:.2f} us); glue = layer - op "
            f"graph ({n_f} fwd ops at the probe's fwd cost / {n_b} bwd ops at its bwd cost); "

@@ -36,13 +36,15 @@ def version() -> str:
 
 
 def _model(layers: int, recompute: bool):
-    """A ``LlamaModel`` of ``layers`` layers; ``recompute``: transformers' gradient
-    checkpointing of every layer (``gradient_checkpointing_enable()``, torch's
-    non-reentrant checkpoint by default)."""
+    """A ``LlamaForCausalLM`` of ``layers`` layers with the config's defaults, so training
+    without checkpointing keeps ``use_cache`` on (as a Trainer run does: a key/value cache
+    is built every forward); ``recompute``: transformers' gradient checkpointing of every
+    layer (``gradient_checkpointing_enable()``, torch's non-reentrant checkpoint by
+    default), which turns the cache off."""
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=HEADS,
                       num_key_value_heads=KV_HEADS, num_hidden_layers=layers,
-                      vocab_size=VOCAB, max_position_embeddings=2 * TOKENS, use_cache=False)
+                      vocab_size=VOCAB, max_position_embeddings=2 * TOKENS)
     cfg._attn_implementation = "sdpa"
     model = LlamaForCausalLM(cfg).train()
     if recompute:

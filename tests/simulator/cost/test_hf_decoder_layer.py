@@ -135,7 +135,7 @@ def test_a_published_host_bound_step_is_mostly_explained():
     checkpointing, eager (48.8 ms; with CUDA graphs 8.1 ms, so host-bound). Predicted
     step minus the optimizer (the published step has none) at the reference profile's
     x86 host cost per op (13.48 us, assumed, from a Xeon 8480C): without the layer's
-    Python about 0.2 of the measured time (8.3 ms), with it 0.7 (35.3 ms). The bounds: the
+    Python about 0.2 of the measured time (8.3 ms), with it 0.7 (34.9 ms). The bounds: the
     mechanism must explain most of a host-bound step (> 0.6), and the prediction must stay
     below the measurement, because what is left out is all undercharge (the per-step model
     Python, ~0.8 of the gap on this CPU's count of the same model; the host's per-op cost,
