@@ -151,6 +151,23 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 
+def bucket_copy_ops(names: tuple[str, ...], params: float, tensors: int, grad_bytes: float,
+                    passes: int) -> list[Op]:
+    """DDP-style bucket copies over ``params`` gradients of ``grad_bytes`` bytes in
+    ``tensors`` tensors, per backward pass: ``bucket_grad_copies_bwd`` copies, each reading
+    and writing the gradient; 1/``passes`` of them per pass when they happen only in the
+    backward that synchronises (``bucket_copies_on_sync_only``, accumulation under
+    ``no_sync`` over ``passes`` micro-batches)."""
+    ops = []
+    for name in names:
+        m = HOST.mechanisms[name]
+        share = 1.0 / max(1, passes) if m.bucket_copies_on_sync_only else 1.0
+        ops += _copy_op(f"{name}_bucket_copies", params * share,
+                        m.bucket_grad_copies_bwd * 2.0 * grad_bytes,
+                        m.bucket_grad_copies_bwd * tensors)
+    return ops
+
+
 def model_host(names: tuple[str, ...], prof: Profile, mode: str) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time of the model's Python outside its layers, per
     micro-batch pass (``model_fwd_eager_ops`` / ``model_bwd_eager_ops``), module code:

@@ -14,6 +14,7 @@ from ..cost.host import (
     MOE_PRE_SYNC_OPS,
     HostCost,
     MoEHost,
+    bucket_copy_ops,
     device_copy_ops,
     eager_host,
     first_op_share,
@@ -36,7 +37,7 @@ from ..cost.layer import (
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import ChunkMemory, grad_reduce_bytes
+from ..memory.accounting import ChunkMemory, bytes_per_param, grad_reduce_bytes
 from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
@@ -313,7 +314,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
         ops.append(_grad_accumulation_op(params, plan))
     once = chunk_passes(plan) if fsdp_once_per_step(plan) else 0
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
-    ops += copies.rest
+    ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
+                                         bytes_per_param(plan)[1], chunk_passes(plan))
     full = plan.recompute == Recompute.FULL
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
     # module code that full recompute runs again (no other unit counted) precedes the

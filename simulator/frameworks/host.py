@@ -46,6 +46,10 @@ class HostMechanism:
     host cost beyond an eager ``torch.nn.Linear`` (Transformer Engine's modules);
     ``layer_module_fwd_eager_ops``: per layer forward (again when full recompute re-runs it),
     the layer module's Python glue beyond its ops (Megatron-Core's ``TransformerLayer``);
+    ``bucket_grad_copies_bwd``: gradient-sized copies per backward (each reads and writes the
+    gradient dtype's bytes per parameter, one kernel per tensor: DDP's copy into its bucket
+    and back), ``bucket_copies_on_sync_only``: only in the backward that synchronises
+    (gradient accumulation under ``no_sync``);
     ``model_fwd_eager_ops`` / ``model_bwd_eager_ops``: per micro-batch forward / backward
     pass, the model's Python outside its layers beyond the op graph's embedding, head and
     loss ops (a causal mask, a rotary table, the head's and loss's wrappers), on the chunk
@@ -92,6 +96,8 @@ class HostMechanism:
     device_bytes_per_param_bwd_accumulated: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
     layer_module_fwd_eager_ops: float = 0.0
+    bucket_grad_copies_bwd: float = 0.0
+    bucket_copies_on_sync_only: bool = False
     model_fwd_eager_ops: float = 0.0
     model_bwd_eager_ops: float = 0.0
     recompute_layer_fwd_eager_ops: float = 0.0

@@ -75,13 +75,12 @@ def test_rows_are_their_stated_differences_and_the_mechanism_their_medians(mecha
 
 def test_the_hf_framework_carries_it_and_ddp_hooks_only_with_replicas():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
-    assert with_framework(base, "hf").host_mechanisms == ("hf_decoder_layer",)
-    # DDP's hooks, where a framework lists them, exist only with more than one replica
+    assert with_framework(base, "hf").host_mechanisms == ("ddp_param_hooks", "hf_decoder_layer")
+    one = dataclasses.replace(base, dp=1)
+    assert with_framework(one, "hf").host_mechanisms == ("hf_decoder_layer",)
     from simulator.parallel.framework_plan import _applicable
     both = ("ddp_param_hooks", "hf_decoder_layer")
-    assert _applicable(both, 0, 8) == both
-    assert _applicable(both, 0, 1) == ("hf_decoder_layer",)
-    assert _applicable(both, 3, 8) == ("hf_decoder_layer",)
+    assert _applicable(both, 3, 8) == ("hf_decoder_layer",)      # FSDP: no DDP hooks
     # memory as plain PyTorch (a model loaded in bf16, torch AdamW)
     mem_hf, mem_pt = with_framework(base, "hf").memory, with_framework(base, "pytorch").memory
     assert dataclasses.replace(mem_hf, framework="pytorch") == mem_pt

@@ -62,7 +62,15 @@ def test_mechanism_flags():
     assert lead_layers(()) == -1
     assert sync_at_p2p(("megatron_p2p_sync",)) and not sync_at_p2p(("fsdp1_unit",))
     ddp = device_copy_ops(("ddp_param_hooks",), 1.0, 1, 1)
-    assert not ddp.fwd and not ddp.first and ddp.rest[0].bytes_moved == 16.0
+    assert not ddp.fwd and not ddp.first and not ddp.rest
+    # DDP's bucket copies: into the bucket and back, each reading and writing the gradient
+    from simulator.cost.host import bucket_copy_ops
+    fp32 = bucket_copy_ops(("ddp_param_hooks",), 1.0, 3, 4.0, 1)
+    assert fp32[0].bytes_moved == 16.0 and fp32[0].kernels == 6
+    assert bucket_copy_ops(("ddp_param_hooks",), 1.0, 3, 2.0, 1)[0].bytes_moved == 8.0
+    # accumulation under no_sync: only the synchronising backward of 4 copies
+    assert bucket_copy_ops(("ddp_param_hooks",), 1.0, 3, 2.0, 4)[0].bytes_moved == 2.0
+    assert not bucket_copy_ops(("fsdp1_unit",), 1.0, 3, 2.0, 1)
 
 
 def test_every_framework_names_known_modes_and_mechanisms():
@@ -99,7 +107,7 @@ def test_ddp_copies_and_hooks_are_charged_per_backward():
     per = HOST.mechanisms["ddp_param_hooks"].param_tensor_bwd_eager_ops
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(tensors * per * 10e-6)
     assert b.fwd.host_s == pytest.approx(a.fwd.host_s)
-    assert b.bwd.total_s > a.bwd.total_s          # 16 B per parameter of bucket copies
+    assert b.bwd.total_s > a.bwd.total_s          # bucket copies, in the gradient dtype
 
 
 def test_fsdp_rate_limiter_bounds_the_host_lead():
