@@ -171,8 +171,10 @@ def bucket_copy_ops(names: tuple[str, ...], params: float, tensors: int, grad_by
 def model_host(names: tuple[str, ...], prof: Profile, mode: str) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time of the model's Python outside its layers, per
     micro-batch pass (``model_fwd_eager_ops`` / ``model_bwd_eager_ops``), module code:
-    scaled by the launch ``mode``."""
-    scale = host_mode(mode).op_scale
+    scaled by the launch ``mode`` as the ops outside the layers are (``eager_host``: per-layer
+    CUDA graphs leave it eager)."""
+    m = host_mode(mode)
+    scale = m.op_scale if m.graph_launch_us <= 0 else 1.0
     return (mechanism_host(sum(HOST.mechanisms[n].model_fwd_eager_ops for n in names) * scale,
                            prof),
             mechanism_host(sum(HOST.mechanisms[n].model_bwd_eager_ops for n in names) * scale,

@@ -290,7 +290,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         calls += linear_calls(extra)
     _add_per_param_work(fwd, (bwd, wgrad), params, (len(layers), tensors, calls), plan,
                         cluster, prof, groups)
-    if first:                        # the model's own Python, where its forward starts
+    if last:        # the model's own Python: most of it is the head's, loss's and batch's
         mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode)
         fwd.add(_set_host(PassCost(), mf))
         bwd.add(_set_host(PassCost(), mb))          # the loss's backward starts B
@@ -314,8 +314,9 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
         ops.append(_grad_accumulation_op(params, plan))
     once = chunk_passes(plan) if fsdp_once_per_step(plan) else 0
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
-    ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
-                                         bytes_per_param(plan)[1], chunk_passes(plan))
+    grad_bytes = bytes_per_param(plan)[1] - plan.memory.extra_grad_bytes_per_param
+    ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors, grad_bytes,
+                                         chunk_passes(plan))
     full = plan.recompute == Recompute.FULL
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
     # module code that full recompute runs again (no other unit counted) precedes the

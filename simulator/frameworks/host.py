@@ -53,7 +53,9 @@ class HostMechanism:
     ``model_fwd_eager_ops`` / ``model_bwd_eager_ops``: per micro-batch forward / backward
     pass, the model's Python outside its layers beyond the op graph's embedding, head and
     loss ops (a causal mask, a rotary table, the head's and loss's wrappers), on the chunk
-    that holds the embedding;
+    that holds the output layer (most of it is the head's, the loss's and the batch's; under
+    pipeline parallelism the embedding's share, about a sixth of the forward, belongs to the
+    first stage and the batch's to every stage);
     ``recompute_layer_fwd_eager_ops`` / ``recompute_layer_bwd_eager_ops``: per layer
     forward / backward under full recompute, the checkpoint wrapper's work (RNG state saves
     and restores, input detach, saved-tensor hooks, the nested backward call; in backward

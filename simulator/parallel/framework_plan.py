@@ -66,8 +66,9 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
 
 def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int) -> tuple[str, ...]:
     """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
-    (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in DDP (ZeRO < 3 and
-    more than one data-parallel replica)."""
+    (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in torch DDP (no
+    ZeRO: a ZeRO stage means DeepSpeed's engine, not DDP; more than one data-parallel
+    replica)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
-                 and not (m == "ddp_param_hooks" and (zero >= 3 or replicas <= 1)))
+                 and not (m == "ddp_param_hooks" and (zero >= 1 or replicas <= 1)))

@@ -109,7 +109,7 @@ def test_charged_per_layer_and_per_recomputed_layer(mode):
          + HF.model_bwd_eager_ops * s) * 10e-6)
 
 
-def test_model_python_charged_once_per_pass_on_the_embedding_chunk():
+def test_model_python_charged_once_per_pass_on_the_output_layer_chunk():
     a, b = _chunk(()), _chunk(("hf_decoder_layer",))
     n = len(b.layers)
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
@@ -163,3 +163,28 @@ def test_the_bench_says_why_it_skips(monkeypatch):
         return real(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", no_transformers)
     assert "transformers not importable" in available()
+
+
+def test_model_python_stays_eager_under_per_layer_graphs_and_sits_with_the_head():
+    """Per-layer CUDA graphs replay the layers; the model's Python outside them stays eager
+    (as the op graph's ops outside the layers do). Under pipeline parallelism it is charged
+    on the stage with the output layer, not the first."""
+    from simulator.cost.host import model_host
+    prof = dataclasses.replace(hardware_db.load_profile("h100-sxm"),
+                               host=HostModel(Coefficient(10.0, "us", "t"),
+                                              Coefficient(12.0, "us", "t")))
+    eager = model_host(("hf_decoder_layer",), prof, "eager")
+    graphs = model_host(("hf_decoder_layer",), prof, "cuda_graphs")
+    assert eager[0].seconds > 0 and graphs[0].seconds == pytest.approx(eager[0].seconds)
+    cl = hardware_db.build_cluster("h100-sxm", 2)
+    model = get_preset("small-4l-256")
+    chunks = {}
+    for mech in ((), ("hf_decoder_layer",)):
+        plan = Plan(pp=2, micro_batch=1, global_batch=4, host_mechanisms=mech)
+        chunks[mech] = build_chunks(model, plan, cl, prof, place_groups(cl, plan))
+    first = [chunks[m][0][0].fwd.host_s for m in ((), ("hf_decoder_layer",))]
+    last = [chunks[m][1][0].fwd.host_s for m in ((), ("hf_decoder_layer",))]
+    layers = len(chunks[()][1][0].layers)
+    glue = HF.layer_module_fwd_eager_ops * 10e-6
+    assert first[1] - first[0] == pytest.approx(len(chunks[()][0][0].layers) * glue)
+    assert last[1] - last[0] == pytest.approx(layers * glue + HF.model_fwd_eager_ops * 10e-6)
