@@ -13,6 +13,8 @@ one thread per rank and appear in both.
 """
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -159,6 +161,12 @@ def _memory(rows: Sequence[Mapping[str, Any]], threads: int
         if g == "copy:fwd" or len(sel) < 3:
             continue
         fits[f"memory_{g.replace(':', '_')}"] = f = fit_memory(_mem_pts(sel), bw, bw_eff_upper=BIG)
+        if f.values["bw_eff"] >= 0.99 * BIG:
+            # the time did not grow with the bytes (a busy host between sizes): no rate to
+            # take; its family falls back to the other groups, or to the copy bandwidth
+            print(f"calibrate: memory group {g}: the fitted rate hit its bound (time did not "
+                  "grow with bytes: a busy host?); not used", file=sys.stderr)
+            continue
         eff[g] = (f.values["bw_eff"], f.heldout_mape_pct)
         if not g.startswith("first_touch"):        # not an op of the graph: no launch
             launches.append(f.values["launch_us"])

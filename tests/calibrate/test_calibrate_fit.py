@@ -168,3 +168,25 @@ def test_composite_efficiency_is_bandwidth_of_the_mix():
     # 8 B at eff 0.5 and 24 B at eff 1.5: time 16 + 16 = 32 units for 32 B -> 1.0
     assert composite_eff([(8.0, 0.5), (24.0, 1.5)]) == pytest.approx(1.0)
     assert composite_eff([(5.0, 0.3)]) == pytest.approx(0.3)
+
+
+def test_a_memory_group_whose_time_does_not_grow_with_bytes_is_not_used(capsys):
+    """On a busy host a group's sizes can all time alike: its fitted rate runs to the fit's
+    bound. That rate is not taken (it once gave an optimizer efficiency of 9999, which the
+    profile check rejects); the family falls back to the copy bandwidth and a message says
+    so."""
+    from calibrate.cpu_profile import _memory
+    sizes = (1e6, 4e6, 16e6, 64e6)
+    rows = [{"kernel": "copy", "family": "copy", "bytes_moved": b, "median_s": 2e-6 + b / 20e9,
+             "kernels": 1} for b in sizes]
+    rows += [{"kernel": "layernorm", "family": "norm", "pass": "fwd", "bytes_moved": b,
+              "median_s": 3e-6 + b / 10e9, "kernels": 1} for b in sizes]
+    rows += [{"kernel": "adamw", "family": "optimizer", "pass": "step", "bytes_moved": b,
+              "median_s": 5e-3, "kernels": 1} for b in sizes]          # flat: no rate
+    _, model, fits = _memory(rows, 1)
+    from calibrate.cpu_profile import BIG
+    assert fits["memory_adamw_step"].values["bw_eff"] >= 0.99 * BIG     # the runaway fit
+    assert "optimizer" not in model.kind_eff
+    assert model.eff("optimizer") == model.bw_eff.value == 1.0
+    assert model.kind_eff["norm"].value == pytest.approx(0.5, rel=0.05)
+    assert "adamw:step" in capsys.readouterr().err
