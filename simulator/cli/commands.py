@@ -84,7 +84,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     _overlap_args(p)
     _moe_args(p)
     p.add_argument("--bucket-mb", type=float, default=0.0,
-                   help="DP gradient bucket size in MB (0 = Megatron-Core default, max(40M, 1M x dp) params)")
+                   help="DP gradient bucket size in MB of gradients (0 = the framework's: torch DDP's 25 MiB for hf, else Megatron-Core's max(40M, 1M x dp) params)")
     _host_args(p)
     p.add_argument("--engine", default="event", help="event or analytic")
     p.add_argument("--profile", help="calibration profile JSON (default: shipped reference)")

@@ -27,6 +27,7 @@ class FrameworkDefaults:
     grad_accum_bytes_per_param: float = 0.0
     zero1_allreduce: bool = False
     dp_overlap_zero3: bool | None = None   # DP overlap under ZeRO-3 when it differs (DeepSpeed)
+    dp_bucket_bytes: int = 0               # gradient bucket size (0: Megatron-Core's default)
 
     def dp_overlap_for(self, zero_stage: int) -> bool:
         """Whether gradient reduction overlaps backward at this ZeRO stage."""

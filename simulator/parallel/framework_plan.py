@@ -55,6 +55,8 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
               "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,
               "zero_stage": mem.zero_stage, **host_settings(name, bf16)}
     fields = {k: v for k, v in values.items() if k not in keep}
+    if beh.dp_bucket_bytes and not plan.dp_bucket_bytes:     # an explicit size stays
+        fields["dp_bucket_bytes"] = beh.dp_bucket_bytes
     zero = fields.get("zero_stage", plan.zero_stage)
     if "dp_overlap" in fields:
         fields["dp_overlap"] = beh.dp_overlap_for(zero)

@@ -159,11 +159,13 @@ class Plan:
         return self.global_batch // (self.micro_batch * self.dp)
 
     def bucket_params(self) -> int:
-        """Parameters per gradient bucket: the explicit size (assuming 4-byte gradients), or
-        Megatron-Core's default ``max(40M, 1M x dp)`` parameters, which grows buckets with
-        the data-parallel size so per-collective latency stays amortised."""
+        """Parameters per gradient bucket: the explicit size in bytes over the gradients'
+        bytes (4 in fp32 runs, else the framework's gradient dtype), or Megatron-Core's
+        default ``max(40M, 1M x dp)`` parameters, which grows buckets with the
+        data-parallel size so per-collective latency stays amortised."""
         if self.dp_bucket_bytes:
-            return max(1, self.dp_bucket_bytes // 4)
+            grad = 4 if self.precision == Dtype.FP32 else self.memory.grad_dtype.bytes
+            return max(1, self.dp_bucket_bytes // grad)
         return max(40_000_000, 1_000_000 * self.dp * self.cp)
 
 

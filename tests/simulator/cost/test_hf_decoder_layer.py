@@ -188,3 +188,18 @@ def test_model_python_stays_eager_under_per_layer_graphs_and_sits_with_the_head(
     glue = HF.layer_module_fwd_eager_ops * 10e-6
     assert first[1] - first[0] == pytest.approx(len(chunks[()][0][0].layers) * glue)
     assert last[1] - last[0] == pytest.approx(layers * glue + HF.model_fwd_eager_ops * 10e-6)
+
+
+def test_hf_ddp_buckets_are_torch_ddps_25_mib_in_the_gradient_dtype():
+    """torch DDP's bucket_cap_mb = 25 (MiB); a bucket holds that many bytes of gradients, so
+    twice the parameters in bf16 as in fp32; an explicit size stays, and a framework without
+    its own size keeps Megatron-Core's default."""
+    base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
+    hf = with_framework(base, "hf")
+    assert hf.dp_bucket_bytes == 25 * 2 ** 20 and hf.dp_overlap
+    assert hf.bucket_params() == 25 * 2 ** 20 // 2
+    fp32 = with_framework(dataclasses.replace(base, precision="fp32"), "hf")
+    assert fp32.bucket_params() == 25 * 2 ** 20 // 4
+    mine = with_framework(dataclasses.replace(base, dp_bucket_bytes=10_000_000), "hf")
+    assert mine.dp_bucket_bytes == 10_000_000
+    assert with_framework(base, "megatron-core").bucket_params() == 40_000_000
