@@ -412,6 +412,44 @@ def llama_graph_ops(hidden: int, ffn: int, heads: int, kv_heads: int, tokens: in
     return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
 
 
+def legacy_split_rows(base: dict) -> list[dict]:
+    """``megatron_legacy_model_split`` rows (``calibrate.bench_megatron_legacy.split_cases``):
+    of the GPT model's Python per micro-batch, the batch code every pipeline stage runs
+    (forward) and the embedding module's Python beyond its op-graph ops (first stage)."""
+    import types
+
+    from . import bench_megatron_legacy as lg
+    timed = _with_probe(types.SimpleNamespace(available=lg.available,
+                                              dense_cases=lg.split_cases),
+                        "megatron_legacy_model_split")
+    if timed is None:
+        return []
+    t, op = timed
+    emb_f, emb_b = legacy_embedding_ops(lg.HIDDEN, lg.TOKENS)
+    rows = [("per micro-batch, batch code (every stage), fwd", t[("get_batch", 0)][0]),
+            ("per micro-batch, embedding (first stage), fwd, glue",
+             t[("embedding", 0)][0] - emb_f * op["fwd"]),
+            ("per micro-batch, embedding (first stage), bwd, glue",
+             t[("embedding", 0)][1] - t[("harness", 0)][1] - emb_b * op["bwd"])]
+    how = (f"Megatron-LM legacy GPT model ({lg.ENV}) of 1 layer, hidden {lg.HIDDEN}, "
+           f"{lg.TOKENS} tokens: pretrain_gpt.get_batch alone, and language_model.embedding "
+           f"alone beyond the op graph's embedding ops ({emb_f} fwd / {emb_b} bwd; backward "
+           "minus the backward call's harness), timed interleaved with the host probe "
+           f"(bwd op {op['bwd']:.2f} us)")
+    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op["fwd"], 2)}, op["fwd"],
+                           "megatron_legacy_model_split", how, rows)
+
+
+def legacy_embedding_ops(hidden: int, tokens: int) -> tuple[int, int]:
+    """The op graph's (forward, backward) embedding ops of Megatron-LM's legacy GPT."""
+    from simulator.cost.host import op_count
+    from simulator.workload.ops import LayerShape, backward_ops, embedding_ops
+    from simulator.workload.spec import TransformerSpec
+    m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
+    f = embedding_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True))
+    return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
+
+
 def legacy_graph_ops(hidden: int, tokens: int, outside: bool = False) -> tuple[int, int]:
     """The op graph's (forward, backward) ops of one layer as Megatron-LM's legacy GPT runs
     it: materialized attention (fused softmax), attention and hidden dropout; ``outside``:
@@ -456,11 +494,14 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         rows += mcore_model_rows(base)
     if want("hf_decoder_layer"):
         rows += hf_rows(base)
-    if only == {"megatron_legacy_layer"}:
-        return rows + legacy_rows(base)     # alone: its stand-ins stay in this process
-    if not only or "megatron_legacy_layer" in only:
-        print("megatron_legacy_layer skipped: run it alone (--only megatron_legacy_layer); "
-              "its stand-ins shadow the other frameworks in this process", file=sys.stderr)
+    legacy = {"megatron_legacy_layer": legacy_rows,
+              "megatron_legacy_model_split": legacy_split_rows}
+    if only and only <= set(legacy):    # alone: their stand-ins stay in this process
+        return rows + [r for name in sorted(only) for r in legacy[name](base)]
+    if not only or only & set(legacy):
+        print("megatron_legacy_layer / _model_split skipped: run them alone (--only "
+              "megatron_legacy_layer,megatron_legacy_model_split); their stand-ins shadow the "
+              "other frameworks in this process", file=sys.stderr)
     if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
                             "deepspeed_bf16_grad_loop"}:
         return rows

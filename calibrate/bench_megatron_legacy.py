@@ -248,6 +248,29 @@ def _gpt_cases(args) -> dict:
     return out
 
 
+def split_cases() -> dict:
+    """Where the GPT model's Python runs under pipeline parallelism: (``get_batch``, 0) the
+    batch code every stage runs (broadcast, masks; forward only), and (``embedding``, 0) the
+    first stage's embedding module (forward, and backward of its output), on a 1-layer
+    model."""
+    import torch
+    args = _init_megatron()
+    gpt, data = _gpt_forward_step(args)
+    args.num_layers = args.encoder_num_layers = 1
+    args.recompute_granularity = args.recompute_method = args.recompute_num_layers = None
+    model = gpt.model_provider()
+    emb = model.language_model.embedding
+    tokens, _, _, _, position_ids = gpt.get_batch(data)
+
+    def emb_bwd(y):
+        y.float().sum().backward()
+        for p in emb.parameters():
+            p.grad = None
+    return {("get_batch", 0): (lambda: gpt.get_batch(data), lambda _y: None),
+            ("embedding", 0): (lambda: emb(tokens, position_ids), emb_bwd),
+            ("harness", 0): (lambda: torch.ones(1, requires_grad=True) * 1.0, emb_bwd)}
+
+
 def _fused_softmax(module) -> None:
     for mod in module.modules():
         if type(mod).__name__ == "FusedScaleMaskSoftmax":

@@ -168,17 +168,24 @@ def bucket_copy_ops(names: tuple[str, ...], params: float, tensors: int, grad_by
     return ops
 
 
-def model_host(names: tuple[str, ...], prof: Profile, mode: str) -> tuple[HostCost, HostCost]:
+def model_host(names: tuple[str, ...], prof: Profile, mode: str, first: bool = True,
+               last: bool = True) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time of the model's Python outside its layers, per
-    micro-batch pass (``model_fwd_eager_ops`` / ``model_bwd_eager_ops``), module code:
-    scaled by the launch ``mode`` as the ops outside the layers are (``eager_host``: per-layer
-    CUDA graphs leave it eager)."""
+    micro-batch pass of a chunk: on every chunk ``model_every_fwd_eager_ops`` (the batch
+    code), on the ``first`` (embedding's) chunk ``model_first_*``, on the ``last`` (output
+    layer's) chunk ``model_fwd_eager_ops`` / ``model_bwd_eager_ops``; module code, scaled by
+    the launch ``mode`` as the ops outside the layers are (``eager_host``: per-layer CUDA
+    graphs leave it eager)."""
     m = host_mode(mode)
     scale = m.op_scale if m.graph_launch_us <= 0 else 1.0
-    return (mechanism_host(sum(HOST.mechanisms[n].model_fwd_eager_ops for n in names) * scale,
-                           prof),
-            mechanism_host(sum(HOST.mechanisms[n].model_bwd_eager_ops for n in names) * scale,
-                           prof))
+    fwd = bwd = 0.0
+    for name in names:
+        h = HOST.mechanisms[name]
+        fwd += h.model_every_fwd_eager_ops + (h.model_first_fwd_eager_ops if first else 0.0) \
+            + (h.model_fwd_eager_ops if last else 0.0)
+        bwd += (h.model_first_bwd_eager_ops if first else 0.0) \
+            + (h.model_bwd_eager_ops if last else 0.0)
+    return mechanism_host(fwd * scale, prof), mechanism_host(bwd * scale, prof)
 
 
 @dataclass(frozen=True)

@@ -290,10 +290,11 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         calls += linear_calls(extra)
     _add_per_param_work(fwd, (bwd, wgrad), params, (len(layers), tensors, calls), plan,
                         cluster, prof, groups)
-    if last:        # the model's own Python: most of it is the head's, loss's and batch's
-        mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode)
-        fwd.add(_set_host(PassCost(), mf))
-        bwd.add(_set_host(PassCost(), mb))          # the loss's backward starts B
+    # the model's own Python: batch code on every chunk, embedding's on the first, head's
+    # and loss's on the last (their backward is B's: the loss's starts it)
+    mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode, first, last)
+    fwd.add(_set_host(PassCost(), mf))
+    bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)

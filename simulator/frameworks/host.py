@@ -55,7 +55,9 @@ class HostMechanism:
     loss ops (a causal mask, a rotary table, the head's and loss's wrappers), on the chunk
     that holds the output layer (most of it is the head's, the loss's and the batch's; under
     pipeline parallelism the embedding's share, about a sixth of the forward, belongs to the
-    first stage and the batch's to every stage);
+    first stage and the batch's to every stage); where measured, those shares apart:
+    ``model_first_fwd_eager_ops`` / ``model_first_bwd_eager_ops`` on the chunk holding the
+    embedding, ``model_every_fwd_eager_ops`` on every chunk;
     ``recompute_layer_fwd_eager_ops`` / ``recompute_layer_bwd_eager_ops``: per layer
     forward / backward under full recompute, the checkpoint wrapper's work (RNG state saves
     and restores, input detach, saved-tensor hooks, the nested backward call; in backward
@@ -102,6 +104,9 @@ class HostMechanism:
     bucket_copies_on_sync_only: bool = False
     model_fwd_eager_ops: float = 0.0
     model_bwd_eager_ops: float = 0.0
+    model_first_fwd_eager_ops: float = 0.0
+    model_first_bwd_eager_ops: float = 0.0
+    model_every_fwd_eager_ops: float = 0.0
     recompute_layer_fwd_eager_ops: float = 0.0
     recompute_layer_bwd_eager_ops: float = 0.0
     moe_layer_fwd_eager_ops: float = 0.0

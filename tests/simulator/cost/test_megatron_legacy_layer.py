@@ -6,6 +6,7 @@ re-run forward's ops and glue, and they are charged per layer forward (again und
 recompute, scaled by the launch mode), per layer backward and per recomputed layer."""
 from __future__ import annotations
 
+import csv
 import dataclasses
 import statistics
 from pathlib import Path
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[3]
 MODEL = get_preset("tiny-2l-128")
 BASE = hardware_db.load_profile("a100-sxm-80gb")
 LEGACY = HOST.mechanisms["megatron_legacy_layer"]
+CSV = Path(__file__).resolve().parents[3] / "hardware_db" / "data" / "measurements" \
+    / "host_mechanisms.csv"
 
 
 def test_the_bench_layer_in_op_graph_ops():
@@ -59,10 +62,22 @@ def test_glue_rows_are_the_layer_beyond_its_ops_and_the_mechanism_their_median(m
     assert LEGACY.layer_bwd_eager_ops == pytest.approx(med["per layer, bwd, glue"], abs=0.01)
     assert LEGACY.recompute_layer_bwd_eager_ops == pytest.approx(
         med["full-recompute wrapper, bwd"], abs=0.01)
-    for pas in ("fwd", "bwd"):
-        key = f"per model pass, {pas}, outside the layers, glue"
-        assert getattr(LEGACY, f"model_{pas}_eager_ops") == pytest.approx(
-            statistics.median(r[key][0] for r in runs), abs=0.01)
+    # the model's Python: its whole (the 1-layer model minus its layer and outside ops) is
+    # split into the batch code (every stage), the embedding's (first) and the rest (last)
+    split: dict[str, list[float]] = {}
+    with CSV.open() as fh:
+        for r in csv.DictReader(fh):
+            if r["mechanism"] == "megatron_legacy_model_split":
+                split.setdefault(r["metric"], []).append(float(r["eager_ops"]))
+    every = statistics.median(split["per micro-batch, batch code (every stage), fwd"])
+    first_f = statistics.median(split["per micro-batch, embedding (first stage), fwd, glue"])
+    first_b = statistics.median(split["per micro-batch, embedding (first stage), bwd, glue"])
+    assert (LEGACY.model_every_fwd_eager_ops, LEGACY.model_first_fwd_eager_ops,
+            LEGACY.model_first_bwd_eager_ops) == pytest.approx((every, first_f, first_b), abs=0.01)
+    whole_f = statistics.median(r["per model pass, fwd, outside the layers, glue"][0] for r in runs)
+    whole_b = statistics.median(r["per model pass, bwd, outside the layers, glue"][0] for r in runs)
+    assert LEGACY.model_fwd_eager_ops + every + first_f == pytest.approx(whole_f, abs=0.02)
+    assert LEGACY.model_bwd_eager_ops + first_b == pytest.approx(whole_b, abs=0.02)
     # a legacy layer costs several times the op graph's 13 + 19 ops on the host
     assert LEGACY.layer_module_fwd_eager_ops > 13 and LEGACY.layer_bwd_eager_ops > 10
 
@@ -87,8 +102,9 @@ def test_charged_per_layer_forward_and_backward(mode):
     # the chunk holds the output layer: the model's own Python once per pass (outside the
     # layers: eager also under per-layer CUDA graphs)
     outside = 1.0 if HOST.modes[mode].graph_launch_us > 0 else scale
-    model_f, model_b = (LEGACY.model_fwd_eager_ops * 10e-6 * outside,
-                        LEGACY.model_bwd_eager_ops * 10e-6 * outside)
+    model_f = (LEGACY.model_fwd_eager_ops + LEGACY.model_first_fwd_eager_ops
+               + LEGACY.model_every_fwd_eager_ops) * 10e-6 * outside
+    model_b = (LEGACY.model_bwd_eager_ops + LEGACY.model_first_bwd_eager_ops) * 10e-6 * outside
     assert b.fwd.host_s - a.fwd.host_s == pytest.approx(layers * fwd + model_f)
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(layers * bwd + model_b)
     a, b = _chunk((), mode, "full"), _chunk(("megatron_legacy_layer",), mode, "full")
@@ -102,3 +118,22 @@ def test_the_bench_says_why_it_skips(monkeypatch, tmp_path):
     assert "MEGATRON_LM_PATH is not set" in available()
     monkeypatch.setenv("MEGATRON_LM_PATH", str(tmp_path))
     assert "no megatron/model/transformer.py" in available()
+
+
+def test_model_python_split_over_pipeline_stages():
+    """Under pipeline parallelism the batch code runs on every stage, the embedding's Python
+    on the first, the head's and loss's on the last; a middle stage pays the batch code only."""
+    c = Coefficient(10.0, "us", "test")
+    prof = dataclasses.replace(BASE, host=HostModel(c, c))
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 3)
+    model = get_preset("small-6l-512")
+    got = {}
+    for mech in ((), ("megatron_legacy_layer",)):
+        plan = Plan(pp=3, micro_batch=1, global_batch=6, host_mechanisms=mech)
+        got[mech] = [st[0] for st in build_chunks(model, plan, cl, prof, place_groups(cl, plan))]
+    a, b = got[()], got[("megatron_legacy_layer",)]
+    glue = [len(ch.layers) * LEGACY.layer_module_fwd_eager_ops for ch in b]
+    extra = [(y.fwd.host_s - x.fwd.host_s) / 10e-6 - g for x, y, g in zip(a, b, glue)]
+    every = LEGACY.model_every_fwd_eager_ops
+    assert extra == pytest.approx([every + LEGACY.model_first_fwd_eager_ops, every,
+                                   every + LEGACY.model_fwd_eager_ops])
