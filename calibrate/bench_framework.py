@@ -52,6 +52,7 @@ from .bench_host import (
     _decoder_fns,
     _linear_fns,
     graph_ops,
+    loss_backward,
     probe_spec,
     time_interleaved,
 )
@@ -93,13 +94,8 @@ def _wrapped(layers: int, wrap):
     n = _param_tensors(model)
     model = wrap(model) if wrap else model
     tokens, targets = synthetic_batch(spec, 1)
-
-    def bwd(loss):
-        loss.backward()
-        for p in model.parameters():
-            p.grad = None
     torch.manual_seed(0)
-    return (lambda: model(tokens, targets)), bwd, n
+    return (lambda: model(tokens, targets)), loss_backward(model), n
 
 
 def _extra_us(wrap) -> tuple[float, float, int, int]:
@@ -396,19 +392,21 @@ def llama_graph_ops(hidden: int, ffn: int, heads: int, kv_heads: int, tokens: in
     outside the layers instead (embedding, final norm, LM head, eager loss)."""
     from dataclasses import replace
 
-    from simulator.cost.host import op_count
-    from simulator.workload.ops import (
-        LayerShape,
-        backward_ops,
-        embedding_ops,
-        head_ops,
-        layer_ops,
-    )
+    from simulator.workload.ops import LayerShape
     from simulator.workload.presets import get_preset
     m = replace(get_preset("llama3-8b"), n_layers=1, hidden=hidden, ffn_hidden=ffn,
                 n_heads=heads, n_kv_heads=kv_heads, vocab=128, seq_len=tokens, head_dim=0)
     sh = LayerShape(micro_batch=1, seq_len=tokens, flash=True, dropout=False, loss="eager")
-    f = embedding_ops(m, sh) + head_ops(m, sh) if outside else layer_ops(m, sh)
+    return _op_counts(m, sh, "outside" if outside else "layer")
+
+
+def _op_counts(m, sh, part: str) -> tuple[int, int]:
+    """(forward, backward) host ops of ``part`` of model ``m`` at shape ``sh``: one ``layer``,
+    the ``embedding``, or everything ``outside`` the layers (embedding, head, loss)."""
+    from simulator.cost.host import op_count
+    from simulator.workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
+    f = {"layer": lambda: layer_ops(m, sh), "embedding": lambda: embedding_ops(m, sh),
+         "outside": lambda: embedding_ops(m, sh) + head_ops(m, sh)}[part]()
     return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
 
 
@@ -442,12 +440,7 @@ def legacy_split_rows(base: dict) -> list[dict]:
 
 def legacy_embedding_ops(hidden: int, tokens: int) -> tuple[int, int]:
     """The op graph's (forward, backward) embedding ops of Megatron-LM's legacy GPT."""
-    from simulator.cost.host import op_count
-    from simulator.workload.ops import LayerShape, backward_ops, embedding_ops
-    from simulator.workload.spec import TransformerSpec
-    m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
-    f = embedding_ops(m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True))
-    return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
+    return _op_counts(*_legacy_bench_model(hidden, tokens), "embedding")
 
 
 def legacy_graph_ops(hidden: int, tokens: int, outside: bool = False) -> tuple[int, int]:
@@ -455,19 +448,17 @@ def legacy_graph_ops(hidden: int, tokens: int, outside: bool = False) -> tuple[i
     it: materialized attention (fused softmax), attention and hidden dropout; ``outside``:
     of the model's ops outside the layers instead (embedding, final norm, output layer,
     Megatron's cross-entropy)."""
-    from simulator.cost.host import op_count
-    from simulator.workload.ops import (
-        LayerShape,
-        backward_ops,
-        embedding_ops,
-        head_ops,
-        layer_ops,
-    )
+    return _op_counts(*_legacy_bench_model(hidden, tokens), "outside" if outside else "layer")
+
+
+def _legacy_bench_model(hidden: int, tokens: int):
+    """(model, shape) of the Megatron-LM legacy benches: a GPT of width ``hidden``,
+    materialized attention, dropout, Megatron's cross-entropy."""
+    from simulator.workload.ops import LayerShape
     from simulator.workload.spec import TransformerSpec
     m = TransformerSpec("bench", 1, hidden, 4 * hidden, 4, 4, 128, tokens)
-    sh = LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True, loss="megatron")
-    f = embedding_ops(m, sh) + head_ops(m, sh) if outside else layer_ops(m, sh)
-    return sum(map(op_count, f)), sum(map(op_count, backward_ops(f)))
+    return m, LayerShape(micro_batch=1, seq_len=tokens, flash=False, dropout=True,
+                         loss="megatron")
 
 
 def measure(only: frozenset[str] = frozenset()) -> list[dict]:

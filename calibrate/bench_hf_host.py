@@ -57,6 +57,8 @@ def dense_cases() -> dict:
     for 1 and 5 layers, without and with gradient checkpointing -> (forward, backward of
     its output)."""
     import torch
+
+    from .bench_host import loss_backward
     ids = torch.randint(0, VOCAB, (1, TOKENS))
     out = {}
     for kind in ("block", "recompute"):
@@ -65,10 +67,5 @@ def dense_cases() -> dict:
 
             def fwd(model=model):
                 return model(input_ids=ids, labels=ids).loss
-
-            def bwd(y, model=model):
-                y.backward()
-                for p in model.parameters():
-                    p.grad = None
-            out[(kind, n)] = (fwd, bwd)
+            out[(kind, n)] = (fwd, loss_backward(model))
     return out

@@ -103,6 +103,16 @@ def time_interleaved(cases, trials: int = TRIALS, repeats: int = REPEATS
     return {k: (stats_of(tf[k], p), stats_of(tb[k], p), min(tf[k]), min(tb[k])) for k in cases}
 
 
+def loss_backward(model):
+    """A timing case's backward: the loss's backward, then every gradient of ``model``
+    dropped (``set_to_none``) so the next call starts as the first did."""
+    def bwd(loss):
+        loss.backward()
+        for p in model.parameters():
+            p.grad = None
+    return bwd
+
+
 def _decoder_fns(layers: int):
     import torch
 
@@ -110,12 +120,7 @@ def _decoder_fns(layers: int):
     spec = probe_spec(layers)
     model = build_model(spec)
     tokens, targets = synthetic_batch(spec, 1)
-
-    def bwd(loss):
-        loss.backward()
-        for p in model.parameters():
-            p.grad = None
-    return (lambda: model(tokens, targets)), bwd, torch
+    return (lambda: model(tokens, targets)), loss_backward(model), torch
 
 
 def time_step_parts(trials: int = TRIALS, repeats: int = REPEATS) -> dict[int, dict[str, float]]:

@@ -208,6 +208,8 @@ def model_cases() -> dict:
     its vocab-parallel cross-entropy) -> (forward to the summed loss, its backward)."""
     import torch
     from megatron.core.models.gpt import GPTModel
+
+    from .bench_host import loss_backward
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     _cpu_shims()
     _init_parallel()
@@ -222,10 +224,5 @@ def model_cases() -> dict:
 
         def fwd(model=model):
             return model(ids, pos, mask, labels=ids).sum()
-
-        def bwd(loss, model=model):
-            loss.backward()
-            for p in model.parameters():
-                p.grad = None
-        out[("model", n)] = (fwd, bwd)
+        out[("model", n)] = (fwd, loss_backward(model))
     return out

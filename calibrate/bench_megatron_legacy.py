@@ -228,24 +228,27 @@ def _gpt_forward_step(args):
 def _gpt_cases(args) -> dict:
     """(``model``, layers) -> one micro-batch of the whole GPT model (forward step and loss;
     backward of the loss)."""
+    from .bench_host import loss_backward
     gpt, data = _gpt_forward_step(args)
     out = {}
     for n in LAYERS:
-        args.num_layers = args.encoder_num_layers = n
-        args.recompute_granularity = args.recompute_method = args.recompute_num_layers = None
-        model = gpt.model_provider()
-        _fused_softmax(model)
+        model = _gpt_model(gpt, args, n)
 
         def fwd(model=model):
             output, loss_func = gpt.forward_step(data, model)
             return loss_func(output)[0]
-
-        def bwd(loss, model=model):
-            loss.backward()
-            for p in model.parameters():
-                p.grad = None
-        out[("model", n)] = (fwd, bwd)
+        out[("model", n)] = (fwd, loss_backward(model))
     return out
+
+
+def _gpt_model(gpt, args, layers: int):
+    """``pretrain_gpt.model_provider()``'s GPT model of ``layers`` layers, no recompute, on
+    the fused softmax path."""
+    args.num_layers = args.encoder_num_layers = layers
+    args.recompute_granularity = args.recompute_method = args.recompute_num_layers = None
+    model = gpt.model_provider()
+    _fused_softmax(model)
+    return model
 
 
 def split_cases() -> dict:
@@ -256,10 +259,7 @@ def split_cases() -> dict:
     import torch
     args = _init_megatron()
     gpt, data = _gpt_forward_step(args)
-    args.num_layers = args.encoder_num_layers = 1
-    args.recompute_granularity = args.recompute_method = args.recompute_num_layers = None
-    model = gpt.model_provider()
-    emb = model.language_model.embedding
+    emb = _gpt_model(gpt, args, 1).language_model.embedding
     tokens, _, _, _, position_ids = gpt.get_batch(data)
 
     def emb_bwd(y):

@@ -18,6 +18,7 @@ from ..cost.host import (
     device_copy_ops,
     eager_host,
     first_op_share,
+    fsdp_lane_ops,
     host_mode,
     layer_host,
     linear_calls,
@@ -25,7 +26,6 @@ from ..cost.host import (
     model_host,
     moe_layer_host,
     param_tensors,
-    fsdp_lane_ops,
 )
 from ..cost.layer import (
     PassCost,
@@ -37,7 +37,7 @@ from ..cost.layer import (
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import ChunkMemory, bytes_per_param, grad_reduce_bytes
+from ..memory.accounting import ChunkMemory, grad_reduce_bytes
 from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
@@ -315,9 +315,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
         ops.append(_grad_accumulation_op(params, plan))
     once = chunk_passes(plan) if fsdp_once_per_step(plan) else 0
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
-    grad_bytes = bytes_per_param(plan)[1] - plan.memory.extra_grad_bytes_per_param
-    ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors, grad_bytes,
-                                         chunk_passes(plan))
+    ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
+                                         plan.grad_bytes, chunk_passes(plan))
     full = plan.recompute == Recompute.FULL
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
     # module code that full recompute runs again (no other unit counted) precedes the
@@ -383,13 +382,11 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     once = fsdp_once_per_step(plan)
     f = fsdp_per_step(plan)
     regather = 0.0 if once else 1.0
-    c_bytes = 4 if plan.precision.value == "fp32" else 2
-    w_bytes = params * c_bytes
-    r_bytes = params * grad_reduce_bytes(plan)
+    c_bytes, r = (4 if plan.precision.value == "fp32" else 2), grad_reduce_bytes(plan)
+    w_bytes, r_bytes = params * c_bytes, params * r
     ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
     rs_cost = group_collective(Collective.REDUCE_SCATTER, r_bytes, g, prof)
-    lanes = fsdp_lane_ops(plan.host_mechanisms, params, n_layers, c_bytes,
-                          grad_reduce_bytes(plan), g.size)
+    lanes = fsdp_lane_ops(plan.host_mechanisms, params, n_layers, c_bytes, r, g.size)
     cat, prep = (pass_cost(ops, cluster.gpu, prof, groups, False).compute_s if ops else 0.0
                  for ops in lanes)
     ag, rs = ag_cost.time_s, rs_cost.time_s + prep

@@ -84,7 +84,7 @@ def bytes_per_param(plan: Plan) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes per parameter before ZeRO sharding."""
     c, fp32 = plan.memory, plan.precision == Dtype.FP32
     w = 4.0 if fp32 or c.weights_fp32 else 2.0
-    g = 4.0 if fp32 else float(c.grad_dtype.bytes)
+    g = float(plan.grad_bytes)
     master = 4.0 if c.master_weights and w < 4 else 0.0
     o = 0.0 if c.optimizer_offload else master + c.optimizer_state_bytes_per_param
     return w, g + c.extra_grad_bytes_per_param, o
@@ -240,7 +240,7 @@ def bucket_bytes(params: float, plan: Plan) -> float:
     c = plan.memory
     if plan.dp * plan.cp == 1 or c.dp_buckets == BucketKind.VIEWS:
         return 0.0
-    g = 4.0 if plan.precision == Dtype.FP32 else float(c.grad_dtype.bytes)
+    g = float(plan.grad_bytes)
     if c.dp_buckets == BucketKind.COPIES:
         return params * g if plan.zero_stage < 2 else 0.0
     return min(params, c.dp_bucket_buffer_elements) * g if plan.zero_stage in (1, 2) else 0.0

@@ -158,14 +158,19 @@ class Plan:
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.dp)
 
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of one gradient element as the framework keeps and reduces it: 4 in fp32
+        runs, else the framework's gradient dtype (extra copies such as DeepSpeed's 16-bit
+        ``.grad`` beside fp32 ones are not counted here)."""
+        return 4 if self.precision == Dtype.FP32 else self.memory.grad_dtype.bytes
+
     def bucket_params(self) -> int:
-        """Parameters per gradient bucket: the explicit size in bytes over the gradients'
-        bytes (4 in fp32 runs, else the framework's gradient dtype), or Megatron-Core's
-        default ``max(40M, 1M x dp)`` parameters, which grows buckets with the
-        data-parallel size so per-collective latency stays amortised."""
+        """Parameters per gradient bucket: the explicit size in bytes over ``grad_bytes``,
+        or Megatron-Core's default ``max(40M, 1M x dp)`` parameters, which grows buckets
+        with the data-parallel size so per-collective latency stays amortised."""
         if self.dp_bucket_bytes:
-            grad = 4 if self.precision == Dtype.FP32 else self.memory.grad_dtype.bytes
-            return max(1, self.dp_bucket_bytes // grad)
+            return max(1, self.dp_bucket_bytes // self.grad_bytes)
         return max(40_000_000, 1_000_000 * self.dp * self.cp)
 
 
