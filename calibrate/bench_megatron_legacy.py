@@ -41,6 +41,7 @@ cancels; backward may be high by up to ~7.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -132,10 +133,12 @@ def _install_stubs() -> None:
     torch.cuda.current_device = lambda: "cpu"
 
 
+@functools.cache
 def _init_megatron():
     """Megatron's global args (GPT defaults at the bench shapes), micro-batch calculator,
     timers and a tensor-parallel size 1 model-parallel state; the CUDA RNG tracker forks
-    into a null context."""
+    into a null context. Once per process: Megatron's globals refuse a second set-up (both
+    legacy cases in one run share it)."""
     root = os.environ[ENV]
     if root not in sys.path:
         sys.path.insert(0, root)
