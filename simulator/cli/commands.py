@@ -82,7 +82,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                    "Triton port, A100/H100/H200), flash3 (FA3/cuDNN, Hopper+) or materialized "
                    "(default: the framework's, else flash)")
     _overlap_args(p)
-    _moe_args(p)
+    add_moe_args(p)
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DP gradient bucket size in MB of gradients (0 = the framework's: torch DDP's 25 MiB for hf, else Megatron-Core's max(40M, 1M x dp) params)")
     _host_args(p)
@@ -112,11 +112,12 @@ def _overlap_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp-overlap", action="store_true")
 
 
-def _moe_args(p: argparse.ArgumentParser) -> None:
+def add_moe_args(p) -> None:
+    """``--moe-dispatcher`` (on a parser or an argument group)."""
     p.add_argument("--moe-dispatcher", default="alltoall",
                    help="MoE token dispatcher: alltoall (NCCL all-to-all of every token-expert "
                    "pair) or flex (DeepEP: one copy per node over RDMA, forwarded over NVLink; "
-                   "needs --tp 1) (default alltoall)")
+                   "needs --tp 1 where --ep > 1) (default alltoall)")
 
 
 def _host_args(p: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ from ..search.executor import ExecutorKind
 from ..search.space import SearchSpace
 from ..workload import resolve_model
 from ..workload.spec import TransformerSpec
-from .commands import plan_from_args
+from .commands import add_moe_args, plan_from_args
 from .fabric_choices import (
     add_fabric_alternatives,
     fabric_choices,
@@ -155,8 +155,7 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
                    "materialized; one the GPU runs")
     g.add_argument("--no-dp-overlap", action="store_true")
     g.add_argument("--tp-overlap", action="store_true")
-    g.add_argument("--moe-dispatcher", default="alltoall",
-                   help="MoE token dispatcher: alltoall or flex (DeepEP; tp 1 where ep > 1)")
+    add_moe_args(g)
     g.add_argument("--keep-dominated", action="store_true",
                    help="also simulate dearer recompute modes of plans that fit without them")
     g.add_argument("--workers", type=int, help="local processes (default: all cores)")
