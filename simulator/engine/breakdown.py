@@ -33,7 +33,7 @@ def event_breakdown(tasks: list[Task], s: StageTasks, chunks: list[ChunkWork], e
         if t.meta.get("kind") == "interference":
             parts["interference"] += t.work_s
             continue
-        if t.meta.get("kind") == "pp_send":
+        if t.meta.get("kind") in ("pp_send", "pp_recv"):
             parts["pp"] += t.work_s
             continue
         if t.meta.get("kind") in ("host", "host_wait"):
@@ -61,7 +61,7 @@ def _attribute_gap(tasks: list[Task], t: Task, gap: float, parts: dict) -> None:
     while gap > 0:
         dep = tasks[t.critical_dep] if t.critical_dep >= 0 else None
         kind = dep.meta.get("kind") if dep else None
-        if kind == "pp_send":
+        if kind in ("pp_send", "pp_recv"):
             pp = min(gap, dep.end_s - dep.start_s)
             parts["pp"] += pp
             parts["bubble"] += gap - pp

@@ -64,6 +64,11 @@ class Engine:
             self.depend(t.tid, d, frac)
         return t.tid
 
+    def last_on(self, resource: str) -> int:
+        """The task added last to ``resource`` (-1: none yet)."""
+        q = self._queues[resource]
+        return q[-1] if q else -1
+
     def depend(self, tid: int, dep: int, frac: float = 1.0) -> None:
         """Task ``tid`` may start only once ``dep`` has released it (see module doc)."""
         if not (0 <= dep < len(self.tasks) and 0 <= tid < len(self.tasks)) or dep == tid:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from ..cost.layer import PassCost
 from ..parallel.plan import Plan, Schedule
 from ..parallel.schedule import Part, Unit
+from .ds_pipe import Rendezvous, uses_rendezvous
 from .events import Engine
-from .step import pipeline_sends, stage_units
+from .step import ds_stage_units, pipeline_sends, stage_units
 
 
 @dataclass(frozen=True)
@@ -78,14 +79,23 @@ class _FixedChunk:
 
 
 def play_schedule(schedule: Schedule | str, pp: int, m: int, times: PassTimes, vpp: int = 1,
-                  send_s: float = 0.0) -> ScheduleRun:
-    """Play ``schedule`` for ``pp`` stages and ``m`` micro-batches (validated as a plan)."""
-    plan = Plan(pp=pp, vpp=vpp, global_batch=m, schedule=schedule, pp_blocking_p2p=False)
+                  send_s: float = 0.0, rendezvous: bool = False) -> ScheduleRun:
+    """Play ``schedule`` for ``pp`` stages and ``m`` micro-batches (validated as a plan).
+    ``rendezvous``: DeepSpeed's pipeline engine (``engine.ds_pipe``; 1F1B only), each
+    hand-off a blocking send and receive of ``send_s`` on the two stages' streams."""
+    plan = Plan(pp=pp, vpp=vpp, global_batch=m, schedule=schedule, pp_blocking_p2p=rendezvous,
+                pp_rendezvous=rendezvous)
     chunk = _FixedChunk(times, layer_share(plan.schedule, plan.vpp))
     eng = Engine()
-    st = [stage_units(eng, s, [chunk] * plan.vpp, plan, m, send_s, None)
-          for s in range(plan.pp)]
-    pipeline_sends(eng, st, send_s, plan, "network")
+    if uses_rendezvous(plan):
+        rdv = Rendezvous()
+        st = [ds_stage_units(eng, s, [chunk], plan, m, (send_s, send_s), None, rdv)
+              for s in range(plan.pp)]
+        rdv.wire(eng)
+    else:
+        st = [stage_units(eng, s, [chunk] * plan.vpp, plan, m, send_s, None)
+              for s in range(plan.pp)]
+        pipeline_sends(eng, st, send_s, plan, "network")
     eng.run()
     starts, ends, busy = [], [], []
     for stage in st:

@@ -23,6 +23,8 @@ from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
+from .ds_pipe import (SEND_ACT, SEND_GRAD, Rendezvous, pass_unit, stage_commands,
+                      transfer_times_s, uses_rendezvous)
 from .events import Engine
 from .pair_overlap import PassTime, played_passes
 from .stage_work import ChunkWork
@@ -119,8 +121,14 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
     m = plan.num_microbatches
     sends = pipeline_send_costs(model, plan, cluster, prof, groups)
     t_send = sum(c.time_s for c in sends)
-    out = [stage_units(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
-    pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
+    if uses_rendezvous(plan):
+        rdv = Rendezvous()
+        out = [ds_stage_units(eng, s, stages[s], plan, m, transfer_times_s(sends), prof, rdv)
+               for s in range(plan.pp)]
+        rdv.wire(eng)
+    else:
+        out = [stage_units(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
+        pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
     return out
@@ -220,6 +228,39 @@ def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan
     if lead >= 0:
         return [(st.units[prev], lead_release_frac(lead, prev_layers))]
     return []
+
+
+def ds_stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
+                   times: tuple[float, float], prof: Profile | None, rdv: Rendezvous
+                   ) -> StageTasks:
+    """``stage_units`` for DeepSpeed's pipeline engine (``engine.ds_pipe``): the stage's
+    ``TrainSchedule`` instructions in order on its compute stream, each hand-off a blocking
+    send (``times[0]`` s) or receive (``times[1]`` s) that ``rdv`` pairs with its partner."""
+    comp = f"stage{s}.compute"
+    eng.stream(comp)
+    for link in LINKS:
+        eng.link(f"stage{s}.{link}")
+    st = StageTasks({}, {}, comp, -1, -1, [], -1)
+    host = host_stream(eng, s, prof)
+    passes = {u: (pc, pt) for u, pc, pt in played_passes(chunks, plan, s, m, prof)}
+    prev: Unit | None = None
+    tid = -1
+    for kind, mb in stage_commands(s, plan, m):
+        u = pass_unit(kind, mb)
+        if u is None:
+            sending = kind in (SEND_ACT, SEND_GRAD)
+            tid = rdv.add(eng, s, comp, kind, mb, times[0] if sending else times[1])
+            if sending:
+                st.sends[Unit(kind == SEND_ACT, mb, 0)] = tid
+            continue
+        pc, pt = passes[u]
+        prev_layers = len(chunks[0].layers) if prev is not None else 0
+        tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c0", pc, pt, prev_layers, u, prev,
+                     plan, s)
+        st.ends[u] = tid
+        prev = u
+    st.last_unit = st.tail = tid
+    return st
 
 
 def pipeline_send_time_s(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,

@@ -31,6 +31,7 @@ from ..parallel.plan import Plan
 from ..parallel.schedule import Unit, pass_order, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
 from .breakdown import event_breakdown
+from .ds_pipe import uses_rendezvous
 from .events import Task
 from .stage_work import ChunkWork, pass_numbers
 from .step import (
@@ -174,6 +175,8 @@ def sweep_step(stages: list[list[ChunkWork]], model: TransformerSpec, plan: Plan
 
 def _context(stages, model, plan: Plan, cluster, prof, groups) -> _Plan | None:
     m, vpp = plan.num_microbatches, plan.vpp
+    if uses_rendezvous(plan):
+        return None                      # DeepSpeed's instruction stream: the event engine
     orders = [pass_order(plan.schedule, s, plan.pp, m, vpp) for s in range(plan.pp)]
     if any(o is None for o in orders):
         return None

@@ -29,7 +29,7 @@ from .stage_work import ChunkWork
 
 # engine task kinds that are a parallel group's communication (a task may also say
 # ``group=...`` in its meta)
-KIND_GROUP = {"dp_comm": "dp", "pp_send": "pp"}
+KIND_GROUP = {"dp_comm": "dp", "pp_send": "pp", "pp_recv": "pp"}
 
 
 def build_timeline(eng: Engine, stages: list[list[ChunkWork]], memory: list[StageMemory],

@@ -85,6 +85,9 @@ class Plan:
     dp_bucket_bytes: int = 0              # 0: Megatron-Core's default (see bucket_bytes)
     pp_scatter_gather: bool = True        # Megatron: each TP rank sends 1/tp of a pipeline hand-off
     pp_blocking_p2p: bool = True          # pipeline sends hold the sender's stream (no p2p overlap)
+    # DeepSpeed's pipeline engine: its TrainSchedule instruction order, with every send and
+    # receive a blocking call that completes only with its partner (engine.ds_pipe)
+    pp_rendezvous: bool = False
     # Extra bytes moved per local parameter after every micro-batch's backward to accumulate
     # gradients outside the weight-gradient GEMM (DeepSpeed's BF16_Optimizer: zero the bf16
     # grads, then fp32 += bf16: 2 + 10 B). 0: the GEMM accumulates in place (Megatron's

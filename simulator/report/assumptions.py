@@ -23,7 +23,8 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "dp_overlap": plan.dp_overlap, "tp_overlap": plan.tp_overlap,
         "dp_bucket_params": plan.bucket_params(),
         "dp_bucket_default": plan.dp_bucket_bytes == 0,
-        "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_scatter_gather": plan.pp_scatter_gather,
+        "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_rendezvous": plan.pp_rendezvous,
+        "pp_scatter_gather": plan.pp_scatter_gather,
         "grad_accum_bytes_per_param": plan.grad_accum_bytes_per_param,
         "zero1_allreduce": plan.zero1_allreduce,
         "framework": plan.memory.framework or "none (Megatron-style conventions)",
@@ -37,6 +38,12 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
     }
 
 
+def _p2p(d: dict[str, Any]) -> str:
+    if d.get("pp_rendezvous"):
+        return "blocking send and receive (DeepSpeed's pipeline engine order)"
+    return "blocking" if d["pp_blocking_p2p"] else "overlapped"
+
+
 def assumption_lines(d: dict[str, Any]) -> list[str]:
     onoff = lambda b: "on" if b else "off"
     bucket = f"{d['dp_bucket_params'] / 1e6:g} M params" + \
@@ -46,7 +53,7 @@ def assumption_lines(d: dict[str, Any]) -> list[str]:
         f"{d['tokens_per_step']:,} tokens/step, micro-batch {d['micro_batch_sequences']} "
         f"({d['num_microbatches']} per step)",
         f"           DP overlap {onoff(d['dp_overlap'])}, buckets {bucket}; TP overlap "
-        f"{onoff(d['tp_overlap'])}; pipeline sends {'blocking' if d['pp_blocking_p2p'] else 'overlapped'}"
+        f"{onoff(d['tp_overlap'])}; pipeline sends {_p2p(d)}"
         f", scatter/gather {onoff(d['pp_scatter_gather'])}; grad accumulation "
         f"+{d['grad_accum_bytes_per_param']:g} B/param; ZeRO-1 as all-reduce "
         f"{onoff(d['zero1_allreduce'])}",

@@ -17,7 +17,7 @@ from .figure import save as _save
 from .trace import _track_name, _track_rank
 
 COLORS = {"fwd": "tab:blue", "bwd": "tab:green", "bwd_input": "tab:green",
-          "bwd_weight": "tab:brown", "pp_send": "tab:purple",
+          "bwd_weight": "tab:brown", "pp_send": "tab:purple", "pp_recv": "tab:purple",
           "dp_comm": "tab:orange", "optimizer": "tab:red", "interference": "tab:gray",
           "collective": "tab:orange"}
 GROUP_COLORS = {"tp": "tab:cyan", "cp": "tab:olive", "ep": "tab:pink", "dp": "tab:orange",
