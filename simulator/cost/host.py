@@ -327,6 +327,19 @@ def sync_at_p2p(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].sync_at_p2p for n in names)
 
 
+def pass_syncs(names: tuple[str, ...]) -> tuple[bool, bool]:
+    """(``sync_before_fwd``, ``sync_after_loss``) of the mechanisms ``names``."""
+    mechs = [HOST.mechanisms[n] for n in names]
+    return any(m.sync_before_fwd for m in mechs), any(m.sync_after_loss for m in mechs)
+
+
+def host_waits(syncs: tuple[bool, bool], prev_was_loss: bool, next_fwd: bool) -> bool:
+    """Whether the host waits for the device to finish the previous pass before issuing the
+    next (``pass_syncs``): before every forward, or after a forward that ended in the loss."""
+    before_fwd, after_loss = syncs
+    return (before_fwd and next_fwd) or (after_loss and prev_was_loss)
+
+
 def launch_blocking(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].launch_blocking for n in names)
 

@@ -18,10 +18,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..cost.host import lead_layers, lead_release_frac
+from ..cost.host import host_waits, lead_layers, lead_release_frac, pass_syncs
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
-from ..parallel.schedule import iter_pass_order
+from ..parallel.schedule import is_loss_pass, iter_pass_order
 from .pair_overlap import played_passes
 from .stage_work import ChunkWork, pass_numbers
 
@@ -59,11 +59,25 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     # a lead the device can never lose: every pass runs at least as long as it takes to
     # issue, and the lead covers the longest issue (inf: some pass issues slower than it runs)
     safe = max((p[1] for p in each), default=0.0) if all(p[0] >= p[1] for p in each) else math.inf
-    return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total, safe)
+    return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total, safe,
+                         _synced(chunks, plan, stage, m, prof))
+
+
+def _synced(chunks: list[ChunkWork], plan: Plan, stage: int, m: int, prof: Profile
+            ) -> list[bool] | None:
+    """Per pass in order: whether the host waits for the device to finish the pass before
+    (``cost.host.host_waits``); ``None`` where the framework never waits."""
+    syncs = pass_syncs(plan.host_mechanisms)
+    if not any(syncs):
+        return None
+    units = [u for u, _, _ in played_passes(chunks, plan, stage, m, prof)]
+    loss = [is_loss_pass(u, stage, plan.pp, plan.vpp, plan.schedule) for u in units]
+    return [i > 0 and host_waits(syncs, loss[i - 1], u.fwd) for i, u in enumerate(units)]
 
 
 def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
-                  safe_lead_s: float = math.inf) -> StageSpan:
+                  safe_lead_s: float = math.inf, synced: list[bool] | None = None
+                  ) -> StageSpan:
     """The recursion of the module doc, over ``passes`` (``g_total`` / ``h_total``: their
     device and host seconds). With a host that runs ahead without limit (``lead < 0``) the
     device waits for pass ``k`` only if it trails the host by less than ``k``'s issue time
@@ -75,8 +89,10 @@ def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
     whatever the number of micro-batches)."""
     h = d = g_done = h_done = 0.0
     prev: tuple[float, float, int] | None = None        # device start, duration, layers
-    for g, hh, first, layers in passes:
-        if lead < 0 and (d - h >= safe_lead_s or d - h >= h_total - h_done):
+    for i, (g, hh, first, layers) in enumerate(passes):
+        if synced is not None and synced[i]:
+            h = max(h, d)                # the host waits for the device (it loses its lead)
+        elif lead < 0 and synced is None and (d - h >= safe_lead_s or d - h >= h_total - h_done):
             return StageSpan(d + (g_total - g_done), g_total, 0.0)
         g_done += g
         if hh <= 0:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..cost.host import first_op_share, lead_layers, lead_release_frac, sync_at_p2p
+from ..cost.host import (first_op_share, host_waits, lead_layers, lead_release_frac,
+                         pass_syncs, sync_at_p2p)
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
@@ -21,7 +22,7 @@ from ..network.collectives import Collective
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement, stage_boundary
 from ..parallel.plan import Plan
-from ..parallel.schedule import Part, Unit, sends_downstream, upstream
+from ..parallel.schedule import Part, Unit, is_loss_pass, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
 from .ds_pipe import (SEND_ACT, SEND_GRAD, Rendezvous, pass_unit, stage_commands,
                       transfer_times_s, uses_rendezvous)
@@ -196,8 +197,8 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, pt: Pas
     of the host task) and the pass is not over before the host has issued its last op
     (a zero-length "issued" marker waits for the host task). The host runs ahead of the
     device except where the framework stops it: ``lead_layers`` (at most that many layers
-    ahead: FSDP's rate limiter) or ``sync_at_p2p`` (waits for the device after each
-    pipeline hand-off)."""
+    ahead: FSDP's rate limiter), ``sync_at_p2p`` (waits for the device after each
+    pipeline hand-off) or ``host_waits`` (before a forward, after the loss)."""
     comp, kind = st.compute, unit_kind(u)
     meta = {"stage": s, "kind": kind, "mb": u.mb, "chunk": u.chunk}
     if pt.hidden_s or pt.interference_s:               # half of a DualPipe pair
@@ -205,8 +206,8 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, pt: Pas
     if host is None or pc.host_s <= 0:
         st.units[u] = eng.add(name, comp, pt.duration_s, **meta)
         return st.units[u]
-    h = eng.add(f"host {name}", host, pc.host_s, _host_deps(st, prev_layers, prev, plan), stage=s,
-                kind="host", mb=u.mb, chunk=u.chunk)
+    h = eng.add(f"host {name}", host, pc.host_s, _host_deps(st, prev_layers, prev, plan, u, s),
+                stage=s, kind="host", mb=u.mb, chunk=u.chunk)
     st.hosts[u] = h
     if host == comp:                                   # synchronous: host, then kernels
         st.units[u] = eng.add(name, comp, pt.duration_s, **meta)
@@ -216,13 +217,15 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, pt: Pas
     return eng.add(f"issued {name}", comp, 0.0, [(h, 1.0)], stage=s, kind="host_wait")
 
 
-def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan
-               ) -> list[tuple[int, float]]:
-    """The host may issue the next pass only once the device is within ``lead_layers`` of
-    the end of the previous pass, or (``sync_at_p2p``) has finished it."""
+def _host_deps(st: StageTasks, prev_layers: int, prev: Unit | None, plan: Plan, u: Unit,
+               s: int) -> list[tuple[int, float]]:
+    """The host may issue the next pass ``u`` only once the device is within ``lead_layers``
+    of the end of the previous pass, or (``sync_at_p2p``, ``host_waits``) has finished it."""
     if prev is None:
         return []
-    if plan.pp > 1 and sync_at_p2p(plan.host_mechanisms):
+    loss = is_loss_pass(prev, s, plan.pp, plan.vpp, plan.schedule)
+    if (plan.pp > 1 and sync_at_p2p(plan.host_mechanisms)) or \
+            host_waits(pass_syncs(plan.host_mechanisms), loss, u.fwd):
         return [(st.ends.get(prev, st.units[prev]), 1.0)]
     lead = lead_layers(plan.host_mechanisms)
     if lead >= 0:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..cost.host import lead_layers, lead_release_frac, sync_at_p2p
+from ..cost.host import host_waits, lead_layers, lead_release_frac, pass_syncs, sync_at_p2p
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.placement import GroupPlacement
@@ -68,6 +68,7 @@ class _Plan:
     host: int                     # NO_HOST, SYNC_HOST, ASYNC_HOST
     send_link: str
     reduces: bool                 # a gradient reduction runs (a DP or expert-DP group > 1)
+    syncs: tuple[bool, bool] = (False, False)   # the host waits before forwards / after the loss
     stages: list[_Stage] = field(default_factory=list)
     flows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
@@ -97,6 +98,7 @@ class _Stage:
     h_free: float = 0.0
     c_free: float = 0.0
     prev: tuple[float, float, int, float] | None = None   # device start, seconds, layers, end
+    prev_loss: bool = False       # the previous pass was a forward ending in the loss
     last_bwd: dict[int, tuple[int, float, float]] = field(default_factory=dict)
     wiring: list[_Wire] = field(default_factory=list)     # by pass kind (``_wire``)
     compute_work_s: float = 0.0   # seconds of work on the compute stream
@@ -184,7 +186,8 @@ def _context(stages, model, plan: Plan, cluster, prof, groups) -> _Plan | None:
     host = NO_HOST if prof.host is None else SYNC_HOST if prof.host.synchronous else ASYNC_HOST
     x = _Plan(plan.pp, vpp, m, sum(c.time_s for c in sends), plan.pp_blocking_p2p,
               plan.pp > 1 and sync_at_p2p(plan.host_mechanisms), lead_layers(plan.host_mechanisms),
-              host, link_of(sends[:1]), groups["dp"].size > 1 or groups["edp"].size > 1)
+              host, link_of(sends[:1]), groups["dp"].size > 1 or groups["edp"].size > 1,
+              pass_syncs(plan.host_mechanisms))
     for s, chunks in enumerate(stages):
         costs = [pass_numbers(ch.fwd, ch) for ch in chunks] + \
                 [pass_numbers(ch.bwd, ch) for ch in chunks]
@@ -235,6 +238,7 @@ def _advance(st: _Stage, x: _Plan, rec: _Recorder | None = None) -> int:
         ends[key] = st.c_free = end
         g, _, _, layers = costs[k]
         st.prev = (ds, g, layers, end)
+        st.prev_loss = fwd and st.s == x.pp - 1 and c == vpp - 1
         if not fwd:
             st.last_bwd[c] = (i, ds, g)
         if rec is not None:
@@ -255,7 +259,7 @@ def _pass(st: _Stage, x: _Plan, k: int, up: float, cross: bool, rec: _Recorder |
         if rec is not None:
             rec.unit(ds, g, up, -1.0)
         return ds + g, ds
-    hdep = _host_release(st, x)
+    hdep, synced = _host_release(st, x, k < x.vpp)
     xdep = up if cross and x.p2p_sync else -1.0
     if x.host == SYNC_HOST:                          # host, then kernels, on one stream
         hs = max(st.c_free, xdep)
@@ -263,7 +267,7 @@ def _pass(st: _Stage, x: _Plan, k: int, up: float, cross: bool, rec: _Recorder |
         ds = max(he, up)
         st.compute_work_s += hh + g
         if rec is not None:
-            rec.host(hs, hh, hdep, xdep, on_stream=True)
+            rec.host(hs, hh, hdep, xdep, True, synced)
             rec.unit(ds, g, up, -1.0)
         return ds + g, ds
     hs = max(st.h_free, hdep, xdep)
@@ -273,23 +277,24 @@ def _pass(st: _Stage, x: _Plan, k: int, up: float, cross: bool, rec: _Recorder |
     st.host_work_s += hh
     st.compute_work_s += g
     if rec is not None:
-        rec.host(hs, hh, hdep, xdep, on_stream=False)
+        rec.host(hs, hh, hdep, xdep, False, synced)
         rec.unit(ds, g, up, r)
-        if he > ds + g or x.p2p_sync:    # a marker at the pass's end adds nothing and
-            rec.issued(max(ds + g, he))  # nothing waits on it (but a synced host)
+        if he > ds + g or x.p2p_sync or any(x.syncs):  # a marker at the pass's end adds
+            rec.issued(max(ds + g, he))  # nothing and nothing waits on it (but a synced host)
     return max(ds + g, he), ds
 
 
-def _host_release(st: _Stage, x: _Plan) -> float:
-    """When the host may start issuing the next pass (``step._host_deps``; -1: at once)."""
+def _host_release(st: _Stage, x: _Plan, next_fwd: bool) -> tuple[float, bool]:
+    """When the host may start issuing the next pass (``step._host_deps``; -1: at once) and
+    whether that is the previous pass's end (the host waits for the device)."""
     if st.prev is None:
-        return -1.0
+        return -1.0, False
     ds, g, layers, end = st.prev
-    if x.p2p_sync:
-        return end
+    if x.p2p_sync or host_waits(x.syncs, st.prev_loss, next_fwd):
+        return end, True
     if x.lead >= 0:
-        return ds + lead_release_frac(x.lead, layers) * g
-    return -1.0
+        return ds + lead_release_frac(x.lead, layers) * g, False
+    return -1.0, False
 
 
 def _send(st: _Stage, x: _Plan, key: int, end: float, rec: _Recorder | None) -> float:
@@ -396,8 +401,9 @@ class _Recorder:
             return self.end_tid[uk * self.x.m + mb]
         return self._task(f"stage{us}.send", up - self.x.t_send_s, self.x.t_send_s, "pp_send", -1)
 
-    def host(self, hs: float, hh: float, hdep: float, xdep: float, on_stream: bool) -> None:
-        own = self.prev_end if self.x.p2p_sync else self.prev_unit
+    def host(self, hs: float, hh: float, hdep: float, xdep: float, on_stream: bool,
+             synced: bool) -> None:
+        own = self.prev_end if synced else self.prev_unit
         crit = own if hdep >= 0 else -1
         if xdep >= 0 and xdep >= hdep:
             crit = self._upstream_tid(xdep)

@@ -64,7 +64,12 @@ class HostMechanism:
     beyond the re-run forward);
     ``lead_layers``: the host may run at most this many layers ahead of the device (FSDP's
     all-gather rate limiter), -1 = unbounded; ``sync_at_p2p``: the host waits for the device
-    after every pipeline send/receive (Megatron's ``batch_p2p_sync``);
+    after every pipeline send/receive (Megatron's ``batch_p2p_sync``); ``sync_before_fwd``:
+    before issuing each forward pass the host waits for the device to finish the pass before
+    it (the batch code copies a device tensor to the host: Megatron-LM's legacy
+    ``get_batch``); ``sync_after_loss``: after issuing a forward pass that ends in the loss,
+    the host waits for the device to finish it (the training script reads the loss:
+    Megatron's NaN check in ``loss_func``);
     ``moe_layer_fwd_eager_ops`` / ``moe_layer_bwd_eager_ops``: the whole MoE block of one MoE
     layer and pass as the framework issues it (the op graph's own MoE-block ops are
     subtracted where charged), ``moe_pre_sync_fwd_eager_ops`` of it issued before
@@ -115,6 +120,8 @@ class HostMechanism:
     moe_sync_fwd: bool = False
     lead_layers: int = -1
     sync_at_p2p: bool = False
+    sync_before_fwd: bool = False
+    sync_after_loss: bool = False
     launch_blocking: bool = False
     grad_cat_on_unshard_stream: bool = False
     reduce_stream_cast: bool = False

@@ -175,6 +175,16 @@ def upstream(unit: Unit, stage: int, pp: int, vpp: int,
     return s, Unit(False, unit.mb, c)
 
 
+def is_loss_pass(unit: Unit, stage: int, pp: int, vpp: int,
+                 schedule: Schedule = Schedule.ONE_F_ONE_B) -> bool:
+    """Whether ``unit`` is a forward pass that ends in the loss (the last position of the
+    model: its backward consumes this very forward)."""
+    if not unit.fwd:
+        return False
+    back = Unit(False, unit.mb, unit.chunk)
+    return upstream(back, stage, pp, vpp, schedule) == (stage, Unit(True, unit.mb, unit.chunk))
+
+
 def sends_downstream(unit: Unit, stage: int, pp: int, vpp: int,
                      schedule: Schedule = Schedule.ONE_F_ONE_B) -> bool:
     """Whether this unit's output goes to another stage (a pipeline send)."""

@@ -204,9 +204,9 @@ def test_te_module_calls_cost_their_measured_host_ratio():
     assert c.fwd.host_s == pytest.approx(d.fwd.host_s)     # a CUDA graph replays without it
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "megatron-core").host_mechanisms == (
-        "te_modules", "mcore_layer_glue", "mcore_moe_layer", "mcore_model")
+        "te_modules", "mcore_layer_glue", "mcore_moe_layer", "mcore_model", "mcore_loss_check")
     assert with_framework(base, "megatron").host_mechanisms == (
-        "megatron_p2p_sync", "megatron_legacy_layer")
+        "megatron_batch_sync", "megatron_p2p_sync", "megatron_legacy_layer")
 
 
 def test_fsdp_reduce_dtype_follows_the_framework():

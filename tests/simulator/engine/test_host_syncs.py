@@ -1,0 +1,116 @@
+"""The training script's device reads: the host waits for the device before a forward pass
+(Megatron-LM's legacy get_batch copies the batch sizes back: ``megatron_batch_sync``) or after
+the forward that computes the loss (Megatron's NaN check in loss_func: ``mcore_loss_check``).
+
+Expected values come from the two-machine flow shop written out here (the host issues
+passes back to back unless it must wait for the device; the device starts a pass once its
+first op is issued), not from the engines' code; the event engine, the sweep and the
+analytic recursion must give the same step.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hardware_db
+from simulator.engine.simulate import simulate
+from simulator.engine.stage_work import build_chunks, place_groups
+from simulator.frameworks import HOST
+from simulator.parallel.framework_plan import with_framework
+from simulator.parallel.plan import Plan
+from simulator.parallel.schedule import is_loss_pass
+from simulator.parallel.units import Unit
+
+from test_host import MODEL, one_gpu, pass_op_counts, with_host
+
+
+def _passes(plan, prof):
+    ch = build_chunks(MODEL, plan, one_gpu(), prof, place_groups(one_gpu(), plan))[0][0]
+    return ch.fwd.total_s, ch.bwd.total_s, ch.fwd.host_s, ch.bwd.host_s
+
+
+def _flow_shop(m, g_f, g_b, h_f, h_b, n_f, n_b, wait_before_fwd, wait_after_loss):
+    """One stage, ``m`` micro-batches F B F B ...: host start ``hs`` is when it is free, or
+    (a wait) when the device has finished everything issued so far."""
+    h = d = 0.0
+    prev_fwd = None
+    for fwd in [True, False] * m:
+        g, hh, n = (g_f, h_f, n_f) if fwd else (g_b, h_b, n_b)
+        hs = h
+        if prev_fwd is not None and ((wait_before_fwd and fwd) or (wait_after_loss and prev_fwd)):
+            hs = max(hs, d)
+        he = hs + hh
+        ds = max(d, hs + hh / n)
+        d, h = max(ds + g, he), he
+        prev_fwd = fwd
+    return d
+
+
+@pytest.mark.parametrize("mech,before,after,host_us", [
+    ("megatron_batch_sync", True, False, (60.0, 0.5)),
+    ("mcore_loss_check", False, True, (0.5, 60.0))])
+def test_waits_follow_the_flow_shop(mech, before, after, host_us):
+    """The mixed regimes where a free host banks lead in one pass kind and spends it in the
+    other: forward host-bound (waiting before each forward loses the lead banked during
+    backward), backward host-bound (waiting after the loss loses the lead banked during
+    forward). With the wait the step is the recursion with the host's start reset to the
+    device's end, and slower than without."""
+    prof = with_host(*host_us)
+    free = Plan(micro_batch=1, global_batch=4)
+    synced = dataclasses.replace(free, host_mechanisms=(mech,))
+    g_f, g_b, h_f, h_b = _passes(free, prof)
+    n_f, n_b = pass_op_counts(MODEL, 1)
+    assert (h_f > g_f and h_b < g_b) if before else (h_f < g_f and h_b > g_b)
+    r = simulate(MODEL, synced, one_gpu(), prof)
+    expected = _flow_shop(4, g_f, g_b, h_f, h_b, n_f, n_b, before, after)
+    assert r.step_time_s == pytest.approx(expected + r.breakdown.optimizer_s, rel=1e-9)
+    t_free = simulate(MODEL, free, one_gpu(), prof).step_time_s
+    assert r.step_time_s > t_free
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.2, 400.0), st.floats(0.2, 400.0), st.sampled_from([1, 2, 5]),
+       st.sampled_from(["megatron_batch_sync", "mcore_loss_check"]),
+       st.sampled_from([(1, 1), (2, 1), (2, 2)]))
+def test_engines_agree_and_waiting_is_never_faster(hf, hb, m, mech, pp_vpp):
+    """Event engine (every task), its sweep, and (one stage) the analytic recursion give the
+    same step; a host that waits is never faster than one that does not."""
+    pp, vpp = pp_vpp
+    cl = hardware_db.build_cluster("h100-sxm", pp)
+    prof = with_host(hf, hb)
+    free = Plan(pp=pp, vpp=vpp, micro_batch=1, global_batch=m * pp,
+                schedule="interleaved" if vpp > 1 else "1f1b")
+    synced = dataclasses.replace(free, host_mechanisms=(mech,))
+    swept = simulate(MODEL, synced, cl, prof).step_time_s
+    played = simulate(MODEL, synced, cl, prof, periodic=False).step_time_s
+    assert swept == pytest.approx(played, rel=1e-9)
+    if pp == 1:
+        an = simulate(MODEL, synced, cl, prof, engine="analytic").step_time_s
+        assert an == pytest.approx(played, rel=1e-9)
+    assert played >= simulate(MODEL, free, cl, prof, periodic=False).step_time_s * (1 - 1e-12)
+
+
+def test_the_loss_pass_is_the_last_position():
+    """The forward that ends in the loss: the last stage's last chunk (Megatron placement),
+    the first stage's second chunk for a V-shaped placement."""
+    assert is_loss_pass(Unit(True, 3, 0), 3, 4, 1)
+    assert not is_loss_pass(Unit(True, 3, 0), 2, 4, 1)
+    assert not is_loss_pass(Unit(False, 3, 0), 3, 4, 1)
+    assert is_loss_pass(Unit(True, 0, 1), 3, 4, 2) and not is_loss_pass(Unit(True, 0, 0), 3, 4, 2)
+    assert is_loss_pass(Unit(True, 0, 1), 0, 4, 2, "zb-v")
+
+
+def test_frameworks_carry_the_waits_their_scripts_have():
+    """Megatron-LM (legacy get_batch) waits before each forward, Megatron-Core's script after
+    the loss; frameworks without such reads (NeMo, hf, FSDP, DeepSpeed) do neither."""
+    plan = Plan(micro_batch=1, global_batch=2)
+    mechs = {fw: with_framework(plan, fw).host_mechanisms for fw in
+             ("megatron-lm", "megatron-core", "nemo", "hf", "llm-foundry", "deepspeed")}
+    assert "megatron_batch_sync" in mechs["megatron-lm"]
+    assert "mcore_loss_check" in mechs["megatron-core"]
+    for fw in ("nemo", "hf", "llm-foundry", "deepspeed"):
+        assert not any(HOST.mechanisms[n].sync_before_fwd or HOST.mechanisms[n].sync_after_loss
+                       for n in mechs[fw]), fw
