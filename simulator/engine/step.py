@@ -61,7 +61,20 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     eshard = max(1, (plan.dp * plan.cp) // plan.ep) if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / eshard
     return memory_time_s(local * optimizer_bytes_per_param(plan), cluster.gpu, prof, kernels=4,
-                         kind="optimizer")
+                         kind="optimizer") + grad_check_time_s(chunks, plan, cluster, prof)
+
+
+def grad_check_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
+                      prof: Profile) -> float:
+    """``Plan.grad_nan_check``: a norm of every gradient bucket before it is reduced, i.e.
+    one read of the stage's whole gradient buffer (``Plan.grad_bytes`` per local parameter)
+    and a norm kernel per bucket. It runs on the compute stream during the last backward;
+    priced with the optimizer step, which the buckets' reductions already wait for."""
+    if not plan.grad_nan_check or plan.zero_stage >= 3:
+        return 0.0
+    params = sum(c.params for c in chunks)
+    buckets = sum(max(1, math.ceil(c.params / plan.bucket_params())) for c in chunks)
+    return memory_time_s(params * plan.grad_bytes, cluster.gpu, prof, kernels=buckets)
 
 
 # Engine links a stage's communication tasks occupy: a task sits on the one its collective

@@ -25,6 +25,7 @@ class FrameworkDefaults:
     pp_scatter_gather: bool = True
     pp_blocking_p2p: bool = True
     pp_rendezvous: bool = False            # DeepSpeed's pipeline engine (engine.ds_pipe)
+    grad_nan_check: bool = False           # a norm of each gradient bucket before its reduce
     grad_accum_bytes_per_param: float = 0.0
     zero1_allreduce: bool = False
     dp_overlap_zero3: bool | None = None   # DP overlap under ZeRO-3 when it differs (DeepSpeed)

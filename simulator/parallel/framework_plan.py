@@ -14,7 +14,8 @@ from .conventions import conventions_for
 from .plan import Plan
 
 BEHAVIOUR_FIELDS = ("attention", "dp_overlap", "tp_overlap", "pp_scatter_gather",
-                    "pp_blocking_p2p", "pp_rendezvous", "grad_accum_bytes_per_param", "zero1_allreduce",
+                    "pp_blocking_p2p", "pp_rendezvous", "grad_nan_check",
+                    "grad_accum_bytes_per_param", "zero1_allreduce",
                     "sequence_parallel", "host_mode", "host_mechanisms")
 
 
@@ -50,6 +51,7 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
     values = {"attention": beh.attention, "dp_overlap": beh.dp_overlap,
               "tp_overlap": beh.tp_overlap, "pp_scatter_gather": beh.pp_scatter_gather,
               "pp_blocking_p2p": beh.pp_blocking_p2p, "pp_rendezvous": beh.pp_rendezvous,
+              "grad_nan_check": beh.grad_nan_check,
               "grad_accum_bytes_per_param": beh.grad_accum_bytes_per_param if bf16 else 0.0,
               "zero1_allreduce": beh.zero1_allreduce and bf16,
               "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,

@@ -88,6 +88,9 @@ class Plan:
     # DeepSpeed's pipeline engine: its TrainSchedule instruction order, with every send and
     # receive a blocking call that completes only with its partner (engine.ds_pipe)
     pp_rendezvous: bool = False
+    # Before reducing each gradient bucket the framework reads it for NaN (a norm of the
+    # bucket: Megatron-Core's check_for_nan_in_grad); one read of the gradient buffer a step
+    grad_nan_check: bool = False
     # Extra bytes moved per local parameter after every micro-batch's backward to accumulate
     # gradients outside the weight-gradient GEMM (DeepSpeed's BF16_Optimizer: zero the bf16
     # grads, then fp32 += bf16: 2 + 10 B). 0: the GEMM accumulates in place (Megatron's

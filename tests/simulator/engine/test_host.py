@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hardware_db
-from simulator.cost.host import op_count
 from simulator.engine.simulate import simulate
 from simulator.engine.stage_work import build_chunks, place_groups
 from simulator.errors import InvalidInputError
