@@ -61,6 +61,10 @@ def _attribute_gap(tasks: list[Task], t: Task, gap: float, parts: dict) -> None:
     while gap > 0:
         dep = tasks[t.critical_dep] if t.critical_dep >= 0 else None
         kind = dep.meta.get("kind") if dep else None
+        if dep is not None and t.meta.get("kind") in ("pp_send", "pp_recv") and \
+                dep.meta.get("stage") != t.meta.get("stage"):
+            parts["bubble"] += gap           # a rendezvous waiting for its partner's stage
+            return
         if kind in ("pp_send", "pp_recv"):
             pp = min(gap, dep.end_s - dep.start_s)
             parts["pp"] += pp

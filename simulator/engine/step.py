@@ -260,7 +260,8 @@ def ds_stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
     host = host_stream(eng, s, prof)
     passes = {u: (pc, pt) for u, pc, pt in played_passes(chunks, plan, s, m, prof)}
     prev: Unit | None = None
-    tid = -1
+    tid = recv = -1
+    synced = sync_at_p2p(plan.host_mechanisms)
     for kind, mb in stage_commands(s, plan, m):
         u = pass_unit(kind, mb)
         if u is None:
@@ -268,13 +269,17 @@ def ds_stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
             tid = rdv.add(eng, s, comp, kind, mb, times[0] if sending else times[1])
             if sending:
                 st.sends[Unit(kind == SEND_ACT, mb, 0)] = tid
+            else:
+                recv = tid
             continue
         pc, pt = passes[u]
         prev_layers = len(chunks[0].layers) if prev is not None else 0
         tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c0", pc, pt, prev_layers, u, prev,
                      plan, s)
+        if synced and recv >= 0 and u in st.hosts:    # the host waits for the data too
+            eng.depend(st.hosts[u], recv)
         st.ends[u] = tid
-        prev = u
+        prev, recv = u, -1
     st.last_unit = st.tail = tid
     return st
 

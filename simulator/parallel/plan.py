@@ -187,6 +187,11 @@ def validate(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> None:
     _check_model_split(plan, model)
     _check_batch(plan)
     _check_schedule(plan, model)
+    if plan.pp_rendezvous and plan.pp > 1 and plan.zero_stage >= 2:
+        raise InvalidInputError("zero_stage", plan.zero_stage,
+                                "0 or 1 with DeepSpeed's pipeline engine (pp > 1): it asserts "
+                                "'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                                "parallelism' (deepspeed/runtime/pipe/engine.py)")
 
 
 def check_precision_supported(precision: str, gpu: GPUSpec) -> None:

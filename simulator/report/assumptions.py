@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.ds_pipe import uses_rendezvous
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
@@ -23,7 +24,7 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "dp_overlap": plan.dp_overlap, "tp_overlap": plan.tp_overlap,
         "dp_bucket_params": plan.bucket_params(),
         "dp_bucket_default": plan.dp_bucket_bytes == 0,
-        "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_rendezvous": plan.pp_rendezvous,
+        "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_rendezvous": uses_rendezvous(plan),
         "pp_scatter_gather": plan.pp_scatter_gather,
         "grad_accum_bytes_per_param": plan.grad_accum_bytes_per_param,
         "zero1_allreduce": plan.zero1_allreduce,

@@ -127,7 +127,7 @@ def _flows(slices: list[dict[str, Any]], where: dict[int, tuple[int, int]]) -> l
             a, b = _mid_us(src), _mid_us(r)
             if a is None or b is None:
                 continue
-            pipeline = "pp_send" in (src.get("kind"), r.get("kind"))
+            pipeline = bool({"pp_send", "pp_recv"} & {src.get("kind"), r.get("kind")})
             name, n = ("pipeline" if pipeline else "dependency"), len(out) // 2 + 1
             out += [{"ph": "s", "id": n, "name": name, "cat": "flow", "pid": where[i][0],
                      "tid": where[i][1], "ts": a},

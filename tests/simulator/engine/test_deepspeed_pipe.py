@@ -10,6 +10,8 @@ the event engine must reproduce to the last digit.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -115,3 +117,47 @@ def test_steady_state_pays_four_transfers_per_micro_batch():
     a = play_schedule("1f1b", pp, m, t, send_s=c, rendezvous=True).makespan_s
     b = play_schedule("1f1b", pp, 2 * m, t, send_s=c, rendezvous=True).makespan_s
     assert (b - a) / m == pytest.approx(3.0 + 4 * c, rel=1e-6)
+
+
+def _ds_plan(**kw):
+    from simulator.parallel.framework_plan import with_framework
+    from simulator.parallel.plan import Plan
+    base = dict(tp=2, pp=4, dp=2, micro_batch=1, global_batch=32, precision="bf16")
+    base.update(kw)
+    return with_framework(Plan(**base), "deepspeed")
+
+
+def test_waiting_for_a_neighbour_is_bubble_not_host_time():
+    """A send or receive that waits for its partner's stage is pipeline bubble, even when
+    the task before the partner is a host-issue marker (a review found an asynchronous
+    host's wait named host time: 19 % of this step)."""
+    import hardware_db
+    from simulator.engine.simulate import simulate
+    from simulator.workload import get_preset
+    model, cl = get_preset("llama2-13b"), hardware_db.build_cluster("a100-sxm-80gb", 16)
+    r = simulate(model, _ds_plan(), cl, hardware_db.load_profile("a100-sxm-80gb"))
+    bd = r.breakdown
+    assert bd.host_s < 0.01 * r.step_time_s
+    assert bd.bubble_s > 0.1 * r.step_time_s
+    assert sum(bd.as_dict().values()) == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_what_deepspeed_cannot_run_is_refused_or_noted():
+    """ZeRO-2/3 with pipeline stages is refused (DeepSpeed's PipelineEngine asserts it);
+    schedules other than TrainSchedule's 1F1B are priced the Megatron way, with a note, and
+    the assumptions line says which p2p the plan got."""
+    import hardware_db
+    from simulator.engine.simulate import simulate
+    from simulator.errors import InvalidInputError
+    from simulator.report.assumptions import assumption_lines, assumptions
+    from simulator.workload import get_preset
+    model, cl = get_preset("llama2-13b"), hardware_db.build_cluster("a100-sxm-80gb", 16)
+    prof = hardware_db.load_profile("a100-sxm-80gb")
+    with pytest.raises(InvalidInputError, match="zero_stage"):
+        simulate(model, dataclasses.replace(_ds_plan(), zero_stage=3), cl, prof)
+    inter = _ds_plan(vpp=2, schedule="interleaved")
+    r = simulate(model, inter, cl, prof)
+    assert any("does not implement schedule interleaved" in n for n in r.notes)
+    lines = lambda p: " ".join(assumption_lines(assumptions(model, p, cl, prof)))  # noqa: E731
+    assert "DeepSpeed's pipeline engine order" in lines(_ds_plan())
+    assert "DeepSpeed's pipeline engine order" not in lines(inter)
