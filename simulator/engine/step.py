@@ -169,6 +169,16 @@ def unit_kind(u: Unit) -> str:
     return "fwd" if u.fwd else UNIT_KIND[u.part]
 
 
+def _new_stage(eng: Engine, s: int, prof: Profile | None) -> tuple[StageTasks, str | None]:
+    """Stage ``s``'s compute stream, links and host stream on ``eng``: its empty task lists
+    and where its host issues (``host_stream``)."""
+    comp = f"stage{s}.compute"
+    eng.stream(comp)
+    for link in LINKS:
+        eng.link(f"stage{s}.{link}")
+    return StageTasks({}, {}, comp, -1, -1, [], -1), host_stream(eng, s, prof)
+
+
 def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int,
                 t_send: float, prof: Profile | None) -> StageTasks:
     """The stage's passes in schedule order (``chunks[c].pass_cost(unit)`` each); with
@@ -176,12 +186,8 @@ def stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: int
     same stream (Megatron's and DeepSpeed's synchronous p2p: the sender waits for the
     hand-off to complete). Each pass is first issued by the host (``_issue``). A paired
     unit (DualPipe's forward&backward pair) hands off when its pair ends."""
-    comp = f"stage{s}.compute"
-    eng.stream(comp)
-    for link in LINKS:
-        eng.link(f"stage{s}.{link}")
-    st = StageTasks({}, {}, comp, -1, -1, [], -1)
-    host = host_stream(eng, s, prof)
+    st, host = _new_stage(eng, s, prof)
+    comp = st.compute
     prev: Unit | None = None
     held: list[Unit] = []                    # a paired unit, waiting for its pair to end
     for u, pc, pt in played_passes(chunks, plan, s, m, prof):
@@ -252,12 +258,8 @@ def ds_stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
     """``stage_units`` for DeepSpeed's pipeline engine (``engine.ds_pipe``): the stage's
     ``TrainSchedule`` instructions in order on its compute stream, each hand-off a blocking
     send (``times[0]`` s) or receive (``times[1]`` s) that ``rdv`` pairs with its partner."""
-    comp = f"stage{s}.compute"
-    eng.stream(comp)
-    for link in LINKS:
-        eng.link(f"stage{s}.{link}")
-    st = StageTasks({}, {}, comp, -1, -1, [], -1)
-    host = host_stream(eng, s, prof)
+    st, host = _new_stage(eng, s, prof)
+    comp = st.compute
     passes = {u: (pc, pt) for u, pc, pt in played_passes(chunks, plan, s, m, prof)}
     prev: Unit | None = None
     tid = recv = -1
