@@ -38,20 +38,30 @@ class StageSpan:
 
 def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -> StageSpan:
     m, host = plan.num_microbatches, prof.host
+    syncs = pass_syncs(plan.host_mechanisms)
     plain = iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp)
     if plain is not None:          # (device s, host s, ops, layers) by pass kind: a tuple each;
         kinds = {(f, ch.chunk): pass_numbers(ch.fwd if f else ch.bwd, ch)   # each kind runs
                  for ch in chunks for f in (True, False)}                # m times a step
-        passes: Iterable = (kinds[(f, c)] for f, _, c in plain)
+        # the loss is computed by the last stage's last chunk in these placements, so only
+        # a wait before every forward can make another stage wait
+        waits_here = syncs[0] or (syncs[1] and stage == plan.pp - 1)
+        order = list(plain) if waits_here else None
+        passes: Iterable = (kinds[(f, c)] for f, _, c in (order or plain))
         g_total = m * sum(k[0] for k in kinds.values())
         h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
         each = list(kinds.values())
+        marks = None if order is None else [(f, f and stage == plan.pp - 1 and c == plan.vpp - 1)
+                                            for f, _, c in order]
     else:
+        played = played_passes(chunks, plan, stage, m, prof)
         passes = [(pt.duration_s,) + pass_numbers(pc, chunks[u.chunk])[1:]
-                  for u, pc, pt in played_passes(chunks, plan, stage, m, prof)]
+                  for u, pc, pt in played]
         g_total = sum(p[0] for p in passes)
         h_total = sum(max(0.0, p[1]) for p in passes)
         each = passes
+        marks = None if not any(syncs) else [
+            (u.fwd, is_loss_pass(u, stage, plan.pp, plan.vpp, plan.schedule)) for u, _, _ in played]
     if host is None:
         return StageSpan(g_total, g_total, 0.0)
     if host.synchronous:
@@ -59,20 +69,77 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     # a lead the device can never lose: every pass runs at least as long as it takes to
     # issue, and the lead covers the longest issue (inf: some pass issues slower than it runs)
     safe = max((p[1] for p in each), default=0.0) if all(p[0] >= p[1] for p in each) else math.inf
-    return _asynchronous(passes, lead_layers(plan.host_mechanisms), g_total, h_total, safe,
-                         _synced(chunks, plan, stage, m, prof))
+    synced = None if marks is None else [
+        i > 0 and host_waits(syncs, marks[i - 1][1], fwd) for i, (fwd, _) in enumerate(marks)]
+    lead = lead_layers(plan.host_mechanisms)
+    if synced is not None and not any(synced):
+        synced = None                    # this stage never waits (the loss is elsewhere)
+    if synced is not None and lead < 0:
+        return _with_waits(list(passes), synced, g_total)
+    return _asynchronous(passes, lead, g_total, h_total, safe, synced)
 
 
-def _synced(chunks: list[ChunkWork], plan: Plan, stage: int, m: int, prof: Profile
-            ) -> list[bool] | None:
-    """Per pass in order: whether the host waits for the device to finish the pass before
-    (``cost.host.host_waits``); ``None`` where the framework never waits."""
-    syncs = pass_syncs(plan.host_mechanisms)
-    if not any(syncs):
-        return None
-    units = [u for u, _, _ in played_passes(chunks, plan, stage, m, prof)]
-    loss = [is_loss_pass(u, stage, plan.pp, plan.vpp, plan.schedule) for u in units]
-    return [i > 0 and host_waits(syncs, loss[i - 1], u.fwd) for i, u in enumerate(units)]
+def _play(p: tuple, h: float, d: float) -> tuple[float, float]:
+    """One pass of the recursion (no lead limit): (host free, device free) after it."""
+    g, hh, first, _ = p
+    if hh <= 0:
+        return h, d + g
+    he = h + hh
+    return he, max(max(d, h + first * hh) + g, he)
+
+
+def _with_waits(passes: list, synced: list[bool], g_total: float) -> StageSpan:
+    """The recursion with the host waiting for the device before the passes ``synced``
+    marks (no lead limit). A wait puts the host where the device ends, so two stretches
+    between waits with the same passes, begun with the device the same distance behind the
+    host, advance both by the same amounts: once a stretch repeats the one before it, the
+    walk jumps over every identical stretch that follows (a 1F1B order's steady state is
+    one such run), and plays the rest pass by pass."""
+    n, i = len(passes), 0
+    h = d = 0.0
+    last: tuple[int, int, float, float, float] | None = None   # start, length, gap, dh, dd
+    start, gap0, h0, d0 = -1, 0.0, 0.0, 0.0
+    while i < n:
+        if synced[i]:
+            h = max(h, d)
+            if start >= 0:
+                seg = (start, i - start, gap0, h - h0, d - d0)
+                if last is not None and _repeats(passes, synced, last, seg, h - d):
+                    k = _run_length(passes, synced, i, seg[1])
+                    h, d, i = h + k * seg[3], d + k * seg[4], i + k * seg[1]
+                    if i >= n:
+                        break
+                    h = max(h, d)
+                last = seg
+            start, gap0, h0, d0 = i, h - d, h, d
+        h, d = _play(passes[i], h, d)
+        i += 1
+    return StageSpan(d, g_total, 0.0)
+
+
+def _repeats(passes: list, synced: list[bool], last: tuple, seg: tuple, gap: float) -> bool:
+    """Whether stretch ``seg`` repeats ``last`` (same passes and waits, same start and end
+    distance between host and device, same advance)."""
+    (a, la, ga, dha, dda), (b, lb, gb, dhb, ddb) = last, seg
+    tol = 1e-12 * max(1.0, abs(dda))
+    return (la == lb and a + la == b and abs(ga - gb) <= tol and abs(gap - gb) <= tol
+            and abs(dha - dhb) <= tol and abs(dda - ddb) <= tol
+            and passes[a:b] == passes[b:b + lb] and synced[a:b] == synced[b:b + lb])
+
+
+def _run_length(passes: list, synced: list[bool], i: int, length: int) -> int:
+    """How many stretches of ``length`` passes from ``i`` on repeat the one just before
+    ``i`` and each end at a wait (or at the end of the passes)."""
+    ref, waits, n, k = passes[i - length:i], synced[i - length:i], len(passes), 0
+    while i + (k + 1) * length <= n:
+        j = i + k * length
+        if passes[j:j + length] != ref or synced[j:j + length] != waits:
+            break
+        end = j + length
+        if end < n and not synced[end]:
+            break
+        k += 1
+    return k
 
 
 def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,

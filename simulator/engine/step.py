@@ -73,8 +73,19 @@ def grad_check_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     if not plan.grad_nan_check or plan.zero_stage >= 3:
         return 0.0
     params = sum(c.params for c in chunks)
-    buckets = sum(max(1, math.ceil(c.params / plan.bucket_params())) for c in chunks)
+    buckets = sum(grad_buffer_buckets(c, plan) for c in chunks)
     return memory_time_s(params * plan.grad_bytes, cluster.gpu, prof, kernels=buckets)
+
+
+def grad_buffer_buckets(ch: ChunkWork, plan: Plan) -> int:
+    """Buckets of one chunk's gradient buffer in Megatron-Core's DDP: one unless the
+    reduction overlaps the backward, and one on every pipeline stage but the first and for
+    every model chunk but the first (distributed_data_parallel.py core_r0.8.0 L66-74;
+    training.py core_v0.15.0 L988-1000: bucket_size None without overlap_grad_reduce,
+    disable_bucketing for model_chunk_idx > 0)."""
+    if not plan.dp_overlap or ch.stage > 0 or ch.chunk > 0:
+        return 1
+    return max(1, math.ceil(ch.params / plan.bucket_params()))
 
 
 # Engine links a stage's communication tasks occupy: a task sits on the one its collective

@@ -180,7 +180,7 @@ def nvls(S: float, shape: GroupShape, across: Algo = Algo.NVLS) -> tuple[Phase, 
 def hierarchical(S: float, shape: GroupShape) -> tuple[Phase, ...]:
     """Reduce-scatter inside each domain, all-reduce ring across domains on the ``S/m``
     slice (one rank per domain per slice), all-gather inside: three phases in sequence."""
-    n, m, k = shape.size, shape.per_domain, shape.domains
+    m, k = shape.per_domain, shape.domains
     if k == 1 or m == 1:
         return ring(Collective.ALL_REDUCE, S, shape)
     intra = Phase(Algo.RING, (FlowClass("hier-intra", (m - 1) / m * S, 1.0, (Tier.SCALE_UP,)),),

@@ -51,7 +51,9 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
     values = {"attention": beh.attention, "dp_overlap": beh.dp_overlap,
               "tp_overlap": beh.tp_overlap, "pp_scatter_gather": beh.pp_scatter_gather,
               "pp_blocking_p2p": beh.pp_blocking_p2p, "pp_rendezvous": beh.pp_rendezvous,
-              "grad_nan_check": beh.grad_nan_check,
+              # Megatron-LM turns its NaN checks off under fp16 with dynamic loss scaling
+              # (arguments.py core_r0.8.0 L289-297): NaNs are the loss scaler's signal
+              "grad_nan_check": beh.grad_nan_check and plan.precision != Dtype.FP16,
               "grad_accum_bytes_per_param": beh.grad_accum_bytes_per_param if bf16 else 0.0,
               "zero1_allreduce": beh.zero1_allreduce and bf16,
               "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,
@@ -64,15 +66,18 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
         fields["dp_overlap"] = beh.dp_overlap_for(zero)
     if "host_mechanisms" in fields:
         fields["host_mechanisms"] = _applicable(fields["host_mechanisms"], zero,
-                                                plan.dp * plan.cp)
+                                                plan.dp * plan.cp, plan.vpp)
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)
 
 
-def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int) -> tuple[str, ...]:
+def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
+                vpp: int = 1) -> tuple[str, ...]:
     """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
     (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in torch DDP (no
     ZeRO: a ZeRO stage means DeepSpeed's engine, not DDP; more than one data-parallel
-    replica)."""
+    replica), Megatron-Core's batched p2p sync only without virtual stages (it overlaps
+    p2p only for the interleaved schedule)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
-                 and not (m == "ddp_param_hooks" and (zero >= 1 or replicas <= 1)))
+                 and not (m == "ddp_param_hooks" and (zero >= 1 or replicas <= 1))
+                 and not (m == "mcore_p2p_sync" and vpp > 1))
