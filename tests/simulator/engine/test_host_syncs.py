@@ -138,3 +138,15 @@ def test_the_analytic_jump_over_repeated_stretches_is_exact(period, prefix, reps
     walked = _asynchronous(passes, -1, g_total, sum(p[1] for p in passes), float("inf"), synced)
     jumped = _with_waits(passes, synced, g_total)
     assert jumped.span_s == pytest.approx(walked.span_s, rel=1e-9, abs=1e-12)
+
+
+def test_megatron_core_and_nemo_sync_at_hand_offs_only_without_virtual_stages():
+    """Megatron-LM forces overlap_p2p_comm off for the non-interleaved schedule, so its
+    hand-offs are batched with batch_p2p_sync's torch.cuda.synchronize(); NeMo's config keeps
+    batched, synchronised p2p there too. Interleaved plans overlap p2p (no sync)."""
+    one = Plan(pp=4, dp=2, micro_batch=1, global_batch=8, precision="bf16")
+    inter = dataclasses.replace(one, vpp=2, schedule="interleaved")
+    for fw in ("megatron-core", "nemo"):
+        assert "mcore_p2p_sync" in with_framework(one, fw).host_mechanisms
+        assert "mcore_p2p_sync" not in with_framework(inter, fw).host_mechanisms
+        assert HOST.mechanisms["mcore_p2p_sync"].sync_at_p2p
