@@ -27,7 +27,7 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_rendezvous": uses_rendezvous(plan),
         "pp_scatter_gather": plan.pp_scatter_gather,
         "grad_accum_bytes_per_param": plan.grad_accum_bytes_per_param,
-        "zero1_allreduce": plan.zero1_allreduce,
+        "zero1_allreduce": plan.zero1_allreduce, "grad_nan_check": plan.grad_nan_check,
         "framework": plan.memory.framework or "none (Megatron-style conventions)",
         "grad_dtype": plan.memory.grad_dtype.value, "master_weights": plan.memory.master_weights,
         "optimizer_state_bytes_per_param": plan.memory.optimizer_state_bytes_per_param,
@@ -57,7 +57,8 @@ def assumption_lines(d: dict[str, Any]) -> list[str]:
         f"{onoff(d['tp_overlap'])}; pipeline sends {_p2p(d)}"
         f", scatter/gather {onoff(d['pp_scatter_gather'])}; grad accumulation "
         f"+{d['grad_accum_bytes_per_param']:g} B/param; ZeRO-1 as all-reduce "
-        f"{onoff(d['zero1_allreduce'])}",
+        f"{onoff(d['zero1_allreduce'])}"
+        f"{'; gradient NaN check (a read of the gradients, priced with the optimizer)' if d.get('grad_nan_check') else ''}",
         f"           framework {d['framework']}: gradients {d['grad_dtype']}, fp32 master "
         f"weights {onoff(d['master_weights'])}, optimizer state "
         f"{d['optimizer_state_bytes_per_param']:g} B/param; host {d.get('host_mode', 'eager')}"
