@@ -46,9 +46,12 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
         # the loss is computed by the last stage's last chunk in these placements, so only
         # a wait before every forward can make another stage wait
         waits_here = syncs[0] or (syncs[1] and stage == plan.pp - 1)
-        order = list(plain) if waits_here else None
-        passes: Iterable = (kinds[(f, c)] for f, _, c in (order or plain))
         g_total = m * sum(k[0] for k in kinds.values())
+        waits_here = waits_here and host is not None and not host.synchronous
+        if waits_here and lead_layers(plan.host_mechanisms) < 0:
+            return StageSpan(_plain_waits_span(kinds, plan, stage, syncs, m), g_total, 0.0)
+        order = list(plain) if waits_here else None       # waits with a lead limit: walk
+        passes: Iterable = (kinds[(f, c)] for f, _, c in (order or plain))
         h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
         each = list(kinds.values())
         marks = None if order is None else [(f, f and stage == plan.pp - 1 and c == plan.vpp - 1)
@@ -77,6 +80,34 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     if synced is not None and lead < 0:
         return _with_waits(list(passes), synced, g_total)
     return _asynchronous(passes, lead, g_total, h_total, safe, synced)
+
+
+def _plain_waits_span(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool],
+                      m: int) -> float:
+    """Span of one stage of a plain schedule (1F1B, GPipe, interleaved) whose host waits
+    (``host_waits``). After warm-up the order repeats every micro-batch (every ``pp`` for
+    the interleaved schedule) and a wait leaves no lead to carry over, so the span grows by
+    the same amount each period: a long plan is three plays of a short one, extended along
+    their line when the three agree (else played in full)."""
+    period = plan.pp if plan.vpp > 1 else 1
+    base = 4 * plan.pp               # past warm-up (at most 2 pp + vpp pp chunk passes)
+    if m >= base + 3 * period and (m - base) % period == 0:
+        s0, s1, s2 = (_play_order(kinds, plan, stage, syncs, base + i * period) for i in range(3))
+        if abs((s2 - s1) - (s1 - s0)) <= 1e-9 * max(1.0, s2):
+            return s0 + (m - base) // period * (s1 - s0)
+    return _play_order(kinds, plan, stage, syncs, m)
+
+
+def _play_order(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool], m: int) -> float:
+    """``_with_waits`` over the stage's order for ``m`` micro-batches (the loss is the last
+    stage's last chunk in these placements)."""
+    order = list(iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp))
+    last = stage == plan.pp - 1
+    synced, prev_loss = [], False
+    for i, (f, _, c) in enumerate(order):
+        synced.append(i > 0 and host_waits(syncs, prev_loss, f))
+        prev_loss = f and last and c == plan.vpp - 1
+    return _with_waits([kinds[(f, c)] for f, _, c in order], synced, 0.0).span_s
 
 
 def _play(p: tuple, h: float, d: float) -> tuple[float, float]:

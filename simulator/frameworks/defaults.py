@@ -25,6 +25,8 @@ class FrameworkDefaults:
     pp_scatter_gather: bool = True
     pp_blocking_p2p: bool = True
     pp_rendezvous: bool = False            # DeepSpeed's pipeline engine (engine.ds_pipe)
+    pp_blocking_p2p_without_vpp: bool = False   # blocking sends where there are no virtual
+                                                # stages (Megatron-Core: batched p2p there)
     grad_nan_check: bool = False           # a norm of each gradient bucket before its reduce
     grad_accum_bytes_per_param: float = 0.0
     zero1_allreduce: bool = False

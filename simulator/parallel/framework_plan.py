@@ -50,7 +50,9 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
     bf16 = plan.precision == Dtype.BF16
     values = {"attention": beh.attention, "dp_overlap": beh.dp_overlap,
               "tp_overlap": beh.tp_overlap, "pp_scatter_gather": beh.pp_scatter_gather,
-              "pp_blocking_p2p": beh.pp_blocking_p2p, "pp_rendezvous": beh.pp_rendezvous,
+              "pp_blocking_p2p": beh.pp_blocking_p2p or (beh.pp_blocking_p2p_without_vpp
+                                                         and plan.vpp == 1),
+              "pp_rendezvous": beh.pp_rendezvous,
               # Megatron-LM turns its NaN checks off under fp16 with dynamic loss scaling
               # (arguments.py core_r0.8.0 L289-297): NaNs are the loss scaler's signal
               "grad_nan_check": beh.grad_nan_check and plan.precision != Dtype.FP16,

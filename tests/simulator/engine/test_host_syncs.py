@@ -150,3 +150,31 @@ def test_megatron_core_and_nemo_sync_at_hand_offs_only_without_virtual_stages():
         assert "mcore_p2p_sync" in with_framework(one, fw).host_mechanisms
         assert "mcore_p2p_sync" not in with_framework(inter, fw).host_mechanisms
         assert HOST.mechanisms["mcore_p2p_sync"].sync_at_p2p
+        # batched p2p waits on the compute stream (req.wait()); interleaved p2p overlaps
+        assert with_framework(one, fw).pp_blocking_p2p
+        assert not with_framework(inter, fw).pp_blocking_p2p
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.floats(0.2, 400.0), st.floats(0.2, 400.0),
+       st.sampled_from(["megatron_batch_sync", "mcore_loss_check"]),
+       st.sampled_from([(1, 1, 1), (2, 1, 1), (2, 2, 2), (4, 2, 4)]))
+def test_long_plans_extend_three_short_plays_exactly(hf, hb, mech, shape):
+    """Past warm-up the analytic recursion with waits is three plays of a short plan
+    extended along their line; each stage's span must equal the full walk."""
+    from simulator.engine import host_span
+    pp, vpp, period = shape
+    plan = Plan(pp=pp, vpp=vpp, micro_batch=1, global_batch=period * 60,
+                schedule="interleaved" if vpp > 1 else "1f1b", host_mechanisms=(mech,))
+    prof = with_host(hf, hb)
+    cl = hardware_db.build_cluster("h100-sxm", pp)
+    stages = build_chunks(MODEL, plan, cl, prof, place_groups(cl, plan))
+    syncs = host_span.pass_syncs(plan.host_mechanisms)
+    for s, chunks in enumerate(stages):
+        kinds = {(f, ch.chunk): host_span.pass_numbers(ch.fwd if f else ch.bwd, ch)
+                 for ch in chunks for f in (True, False)}
+        if not (syncs[0] or (syncs[1] and s == pp - 1)):
+            continue
+        full = host_span._play_order(kinds, plan, s, syncs, plan.num_microbatches)
+        fast = host_span._plain_waits_span(kinds, plan, s, syncs, plan.num_microbatches)
+        assert fast == pytest.approx(full, rel=1e-9)
