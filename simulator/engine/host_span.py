@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..cost.host import host_waits, lead_layers, lead_release_frac, pass_syncs
+from ..cost.host import host_waits, lead_layers, lead_release_frac, pass_syncs, sync_at_p2p
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
 from ..parallel.schedule import is_loss_pass, iter_pass_order
@@ -39,17 +39,19 @@ class StageSpan:
 def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -> StageSpan:
     m, host = plan.num_microbatches, prof.host
     syncs = pass_syncs(plan.host_mechanisms)
+    every = plan.pp > 1 and sync_at_p2p(plan.host_mechanisms)   # waits before every pass
     plain = iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp)
     if plain is not None:          # (device s, host s, ops, layers) by pass kind: a tuple each;
         kinds = {(f, ch.chunk): pass_numbers(ch.fwd if f else ch.bwd, ch)   # each kind runs
                  for ch in chunks for f in (True, False)}                # m times a step
         # the loss is computed by the last stage's last chunk in these placements, so only
         # a wait before every forward can make another stage wait
-        waits_here = syncs[0] or (syncs[1] and stage == plan.pp - 1)
+        waits_here = every or syncs[0] or (syncs[1] and stage == plan.pp - 1)
         g_total = m * sum(k[0] for k in kinds.values())
         waits_here = waits_here and host is not None and not host.synchronous
         if waits_here and lead_layers(plan.host_mechanisms) < 0:
-            return StageSpan(_plain_waits_span(kinds, plan, stage, syncs, m), g_total, 0.0)
+            return StageSpan(_plain_waits_span(kinds, plan, stage, syncs, m, every), g_total,
+                             0.0)
         order = list(plain) if waits_here else None       # waits with a lead limit: walk
         passes: Iterable = (kinds[(f, c)] for f, _, c in (order or plain))
         h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
@@ -63,7 +65,7 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
         g_total = sum(p[0] for p in passes)
         h_total = sum(max(0.0, p[1]) for p in passes)
         each = passes
-        marks = None if not any(syncs) else [
+        marks = None if not (any(syncs) or every) else [
             (u.fwd, is_loss_pass(u, stage, plan.pp, plan.vpp, plan.schedule)) for u, _, _ in played]
     if host is None:
         return StageSpan(g_total, g_total, 0.0)
@@ -73,7 +75,8 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     # issue, and the lead covers the longest issue (inf: some pass issues slower than it runs)
     safe = max((p[1] for p in each), default=0.0) if all(p[0] >= p[1] for p in each) else math.inf
     synced = None if marks is None else [
-        i > 0 and host_waits(syncs, marks[i - 1][1], fwd) for i, (fwd, _) in enumerate(marks)]
+        i > 0 and (every or host_waits(syncs, marks[i - 1][1], fwd))
+        for i, (fwd, _) in enumerate(marks)]
     lead = lead_layers(plan.host_mechanisms)
     if synced is not None and not any(synced):
         synced = None                    # this stage never waits (the loss is elsewhere)
@@ -83,7 +86,7 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
 
 
 def _plain_waits_span(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool],
-                      m: int) -> float:
+                      m: int, every: bool = False) -> float:
     """Span of one stage of a plain schedule (1F1B, GPipe, interleaved) whose host waits
     (``host_waits``). After warm-up the order repeats every micro-batch (every ``pp`` for
     the interleaved schedule) and a wait leaves no lead to carry over, so the span grows by
@@ -92,20 +95,23 @@ def _plain_waits_span(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bo
     period = plan.pp if plan.vpp > 1 else 1
     base = 4 * plan.pp               # past warm-up (at most 2 pp + vpp pp chunk passes)
     if m >= base + 3 * period and (m - base) % period == 0:
-        s0, s1, s2 = (_play_order(kinds, plan, stage, syncs, base + i * period) for i in range(3))
+        s0, s1, s2 = (_play_order(kinds, plan, stage, syncs, base + i * period, every)
+                      for i in range(3))
         if abs((s2 - s1) - (s1 - s0)) <= 1e-9 * max(1.0, s2):
             return s0 + (m - base) // period * (s1 - s0)
-    return _play_order(kinds, plan, stage, syncs, m)
+    return _play_order(kinds, plan, stage, syncs, m, every)
 
 
-def _play_order(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool], m: int) -> float:
+def _play_order(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool], m: int,
+                every: bool = False) -> float:
     """``_with_waits`` over the stage's order for ``m`` micro-batches (the loss is the last
-    stage's last chunk in these placements)."""
+    stage's last chunk in these placements; ``every``: the host waits before every pass,
+    as Megatron's batched p2p sync makes it, ``step._host_deps``)."""
     order = list(iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp))
     last = stage == plan.pp - 1
     synced, prev_loss = [], False
     for i, (f, _, c) in enumerate(order):
-        synced.append(i > 0 and host_waits(syncs, prev_loss, f))
+        synced.append(i > 0 and (every or host_waits(syncs, prev_loss, f)))
         prev_loss = f and last and c == plan.vpp - 1
     return _with_waits([kinds[(f, c)] for f, _, c in order], synced, 0.0).span_s
 

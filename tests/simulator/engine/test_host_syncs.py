@@ -178,3 +178,32 @@ def test_long_plans_extend_three_short_plays_exactly(hf, hb, mech, shape):
         full = host_span._play_order(kinds, plan, s, syncs, plan.num_microbatches)
         fast = host_span._plain_waits_span(kinds, plan, s, syncs, plan.num_microbatches)
         assert fast == pytest.approx(full, rel=1e-9)
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_the_analytic_engine_waits_at_every_pass_under_batched_p2p_sync(vpp):
+    """Megatron's batch_p2p_sync makes the host wait for the device before every pass of a
+    pipelined stage (``step._host_deps``); the analytic recursion plays the same waits: a
+    stage's span equals the pass-by-pass walk with a wait before each pass, and the step is
+    never faster than without the sync."""
+    from simulator.engine import host_span
+    from simulator.parallel.schedule import iter_pass_order
+    prof = with_host(30.0, 5.0)
+    plan = Plan(pp=2, vpp=vpp, micro_batch=1, global_batch=40,
+                schedule="interleaved" if vpp > 1 else "1f1b",
+                host_mechanisms=("megatron_p2p_sync",))
+    cl = hardware_db.build_cluster("h100-sxm", 2)
+    stages = build_chunks(MODEL, plan, cl, prof, place_groups(cl, plan))
+    for s, chunks in enumerate(stages):
+        kinds = {(f, ch.chunk): host_span.pass_numbers(ch.fwd if f else ch.bwd, ch)
+                 for ch in chunks for f in (True, False)}
+        order = list(iter_pass_order(plan.schedule, s, 2, plan.num_microbatches, vpp))
+        passes = [kinds[(f, c)] for f, _, c in order]
+        walk = host_span._asynchronous(passes, -1, 0.0, 0.0, float("inf"),
+                                       [i > 0 for i in range(len(passes))])
+        span = host_span.stage_span(chunks, plan, prof, s)
+        assert span.span_s == pytest.approx(walk.span_s, rel=1e-9)
+    free = dataclasses.replace(plan, host_mechanisms=())
+    a = simulate(MODEL, plan, cl, prof, engine="analytic").step_time_s
+    b = simulate(MODEL, free, cl, prof, engine="analytic").step_time_s
+    assert a >= b * (1 - 1e-12)
