@@ -27,6 +27,7 @@ import time
 
 import hardware_db
 from simulator.engine.simulate import simulate
+from simulator.parallel.framework_plan import with_framework
 from simulator.parallel.plan import Plan
 from simulator.workload import get_preset
 
@@ -51,6 +52,21 @@ CASES = {
     "Llama-3 405B, 1,048,576 H100, TP8 PP16 DP8192, 16 micro-batches": (
         "llama3-405b", "h100-sxm", 1048576,
         Plan(tp=8, pp=16, dp=8192, global_batch=8192 * 16, **_405B)),
+    # framework plans: their hosts wait for the device (get_batch, the loss check, batched
+    # hand-offs), which the analytic recursion plays period by period; DeepSpeed's
+    # pipeline engine runs on the event engine only (the sweep declines its rendezvous)
+    "Llama-3 70B, 64 H100, TP8 PP4 vpp 2, megatron-core, 2,000 micro-batches": (
+        "llama3-70b", "h100-sxm", 64,
+        with_framework(Plan(tp=8, pp=4, dp=2, vpp=2, schedule="interleaved",
+                            global_batch=4000, micro_batch=1), "megatron-core")),
+    "Llama-3 405B, 1,024 H100, TP8 PP16 vpp 4, megatron-lm, 1,024 micro-batches": (
+        "llama3-405b", "h100-sxm", 1024,
+        with_framework(Plan(tp=8, pp=16, dp=8, vpp=4, schedule="interleaved",
+                            global_batch=8192, micro_batch=1), "megatron-lm")),
+    "BLOOM-176B, 384 A100, TP4 PP12 DP8, megatron-deepspeed, 128 micro-batches": (
+        "bloom-176b", "a100-sxm-80gb", 384,
+        with_framework(Plan(tp=4, pp=12, dp=8, global_batch=2048, micro_batch=2,
+                            recompute="full"), "megatron-deepspeed")),
 }
 PEERS = ("llm_analysis", "calculon")
 
@@ -96,12 +112,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--startup", action="store_true", help="also time the command's start")
+    ap.add_argument("--match", default="", help="only the cases whose name contains this")
     args = ap.parse_args()
     peers = [p for p in PEERS if importlib.util.find_spec(p)]
     print(f"peers found: {', '.join(peers) or 'none'} (llm-analysis, Calculon; not driven "
           f"by this script)")
     for name, (model, gpu, n, plan) in CASES.items():
-        _case(name, model, gpu, n, plan, args.repeat)
+        if args.match in name:
+            _case(name, model, gpu, n, plan, args.repeat)
     if args.startup:
         _startup(max(args.repeat, 5))
 
