@@ -71,6 +71,10 @@ class ChunkWork:
     memory: ChunkMemory           # what it keeps in memory (simulator.memory.chunk)
     fwd_ops: list[Op] = field(default_factory=list, repr=False)
     wgrad: PassCost = field(default_factory=PassCost)   # of bwd: the weight-gradient half (W)
+    # tied input/output embedding under pipeline parallelism: the parameters of it this
+    # chunk holds (the first chunk's embedding, the last chunk's copy for the head), whose
+    # gradients are all-reduced between the two stages before the optimizer step
+    tied_params: float = 0.0
 
     def pass_cost(self, u: Unit) -> PassCost:
         """What running ``u`` costs: the forward, the whole backward, or its B or W half
@@ -297,7 +301,10 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
+    tied = model.vocab * model.hidden / plan.tp if (model.tied_embeddings and plan.pp > 1
+                                                   and (first or last)) else 0.0
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad,
+                     tied)
 
 
 def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float,

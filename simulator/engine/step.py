@@ -377,6 +377,12 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         for ch in sorted(chunks, key=lambda c: -last_b[c.chunk]):
             prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev,
                                   last_b[ch.chunk])
+    tied = tied_grad_costs(chunks, plan, cluster, prof, groups)
+    if tied:
+        prev = eng.add("tied embedding all-reduce", f"stage{s}.{link_of(tied)}", tied[0].time_s,
+                       [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else []),
+                       stage=s, kind="dp_comm")
+        stage.dp_tasks.append(prev)
     deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
     t_int = dp_interference_s({c: eng.tasks[tid].work_s for c, tid in last_b.items()}, chunks,
                               plan, prof, groups)
@@ -392,6 +398,20 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         stage.tail = eng.add("param all-gather", link, t_ag, [(stage.optimizer, 1.0)],
                              stage=s, kind="dp_comm")
         stage.dp_tasks.append(stage.tail)
+
+
+def tied_grad_costs(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
+                    prof: Profile, groups: dict[str, GroupPlacement]) -> list[CollectiveCost]:
+    """The tied embedding's gradient all-reduce between the first and the last pipeline
+    stage, after the backward passes and before the optimizer step (Megatron's
+    finalize_model_grads -> _allreduce_word_embedding_grads over its embedding group;
+    DeepSpeed's pipeline engine's ReduceTiedGrads), in the gradients' dtype, over a
+    pair of ranks placed as a pipeline hand-off's."""
+    params = sum(c.tied_params for c in chunks)
+    if params <= 0:
+        return []
+    pair = stage_boundary(cluster, plan, groups["pp"].fabric)
+    return [group_collective(Collective.ALL_REDUCE, params * plan.grad_bytes, pair, prof)]
 
 
 def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,

@@ -44,6 +44,7 @@ from .step import (
     optimizer_time_s,
     param_gather_time_s,
     pipeline_send_costs,
+    tied_grad_costs,
 )
 
 OVERLAP_REL = 1e-12        # two flows on one link overlapping by more than this share of
@@ -111,13 +112,16 @@ class _Stage:
 class TailCosts:
     """What one stage runs after its last pass, in seconds (none depends on the number of
     micro-batches, so plays of a shortened plan share them): gradient buckets by chunk on
-    ``link``, interference, optimizer, parameter all-gather."""
+    ``link``, the tied embedding's all-reduce on ``tied_link``, interference, optimizer,
+    parameter all-gather."""
 
     link: str
     buckets_s: dict[int, list[float]]
     interference_s: float
     optimizer_s: float
     gather_s: float
+    tied_s: float = 0.0
+    tied_link: str = ""
 
 
 def tail_costs(stages: list[list[ChunkWork]], plan: Plan, cluster: ClusterSpec, prof: Profile,
@@ -127,16 +131,19 @@ def tail_costs(stages: list[list[ChunkWork]], plan: Plan, cluster: ClusterSpec, 
     out: list[TailCosts] = []
     alike: dict[tuple, TailCosts] = {}       # stages whose chunks hold the same parameters
     for chunks in stages:                    # and backward time have the same tail
-        key = tuple((ch.chunk, ch.params, ch.dense_params, ch.bwd.total_s) for ch in chunks)
+        key = tuple((ch.chunk, ch.params, ch.dense_params, ch.bwd.total_s, ch.tied_params)
+                    for ch in chunks)
         if key not in alike:
             dense, expert = chunk_params(chunks)
+            tied = tied_grad_costs(chunks, plan, cluster, prof, groups)
             alike[key] = TailCosts(
                 link_of(dp_reduce_costs(dense, expert, plan, groups, prof)),
                 {ch.chunk: bucket_times_s(ch, plan, groups, prof) for ch in chunks},
                 dp_interference_s({ch.chunk: ch.bwd.total_s for ch in chunks}, chunks, plan,
                                   prof, groups),
                 optimizer_time_s(chunks, plan, cluster, prof),
-                param_gather_time_s(dense, expert, plan, groups, prof))
+                param_gather_time_s(dense, expert, plan, groups, prof),
+                sum(c.time_s for c in tied), link_of(tied) if tied else "")
         out.append(alike[key])
     return out
 
@@ -325,6 +332,8 @@ def _tail(st: _Stage, tc: TailCosts, x: _Plan, plan: Plan, rec: _Recorder | None
     if plan.zero_stage < 3 and x.reduces:
         for c in sorted(tc.buckets_s, key=lambda c: -st.last_bwd[c][0]):
             prev = _buckets(st, tc.buckets_s[c], st.last_bwd[c], x, plan, tc.link, prev)
+    if tc.tied_s > 0:                   # the tied embedding's all-reduce (step._dp_and_optimizer)
+        prev = _flow(x, st, tc.tied_link, max(st.c_free, prev), tc.tied_s)
     if tc.interference_s > 0:
         if rec is not None:
             rec.plain(st.c_free, tc.interference_s, "interference")
