@@ -261,7 +261,20 @@ def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof:
             alike[key] = _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, parts[g],
                                 first=(g == 0), last=(g == C - 1))
             stages[s].append(alike[key])
-    return stages
+    return _mark_tied(stages, model, plan, placed, C)
+
+
+def _mark_tied(stages: list[list[ChunkWork]], model: TransformerSpec, plan: Plan,
+               placed: tuple[tuple[int, ...], ...], parts: int) -> list[list[ChunkWork]]:
+    """``ChunkWork.tied_params`` on the chunks holding the embedding (part 0) and the head
+    (the last part) of a tied model, when no stage holds both (a V-shaped or DualPipe
+    placement keeps them on one rank: nothing to exchange)."""
+    ends = [{g for g in placed[s] if g in (0, parts - 1)} for s in range(plan.pp)]
+    if not model.tied_embeddings or any(len(e) == 2 or (parts == 1 and e) for e in ends):
+        return stages
+    size = model.vocab * model.hidden / plan.tp
+    return [[replace(ch, tied_params=size) if placed[s][ch.chunk] in (0, parts - 1) else ch
+             for ch in chunks] for s, chunks in enumerate(stages)]
 
 
 def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, last) -> ChunkWork:
@@ -301,10 +314,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster)
-    tied = model.vocab * model.hidden / plan.tp if (model.tied_embeddings and plan.pp > 1
-                                                   and (first or last)) else 0.0
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad,
-                     tied)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
 def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float,

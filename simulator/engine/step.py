@@ -20,7 +20,7 @@ from ..hardware.specs import ClusterSpec
 from ..memory.accounting import grad_reduce_bytes
 from ..network.collectives import Collective
 from ..network.price import CollectiveCost
-from ..parallel.placement import GroupPlacement, stage_boundary
+from ..parallel.placement import GroupPlacement, place_group, stage_boundary
 from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit, is_loss_pass, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
@@ -377,19 +377,18 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
         for ch in sorted(chunks, key=lambda c: -last_b[c.chunk]):
             prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev,
                                   last_b[ch.chunk])
-    tied = tied_grad_costs(chunks, plan, cluster, prof, groups)
-    if tied:
-        prev = eng.add("tied embedding all-reduce", f"stage{s}.{link_of(tied)}", tied[0].time_s,
-                       [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else []),
-                       stage=s, kind="dp_comm")
-        stage.dp_tasks.append(prev)
-    deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
     t_int = dp_interference_s({c: eng.tasks[tid].work_s for c, tid in last_b.items()}, chunks,
                               plan, prof, groups)
     if t_int > 0:
         stage.last_unit = eng.add("interference (dp overlap)", stage.compute, t_int,
                                   [(stage.last_unit, 1.0)], stage=s, kind="interference")
-        deps[0] = (stage.last_unit, 1.0)
+    tied = tied_grad_costs(chunks, plan, cluster, prof, groups)
+    if tied:                            # after the whole backward (finalize_model_grads)
+        prev = eng.add("tied embedding all-reduce", f"stage{s}.{link_of(tied)}", tied[0].time_s,
+                       [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else []),
+                       stage=s, kind="dp_comm")
+        stage.dp_tasks.append(prev)
+    deps = [(stage.last_unit, 1.0)] + ([(prev, 1.0)] if prev >= 0 else [])
     t_opt = optimizer_time_s(chunks, plan, cluster, prof)
     stage.optimizer = eng.add("optimizer", stage.compute, t_opt, deps, stage=s, kind="optimizer")
     stage.tail = stage.optimizer
@@ -405,12 +404,13 @@ def tied_grad_costs(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     """The tied embedding's gradient all-reduce between the first and the last pipeline
     stage, after the backward passes and before the optimizer step (Megatron's
     finalize_model_grads -> _allreduce_word_embedding_grads over its embedding group;
-    DeepSpeed's pipeline engine's ReduceTiedGrads), in the gradients' dtype, over a
-    pair of ranks placed as a pipeline hand-off's."""
+    DeepSpeed's pipeline engine's ReduceTiedGrads), in the gradients' dtype, over the pair
+    of ranks ``pp - 1`` stages apart."""
     params = sum(c.tied_params for c in chunks)
     if params <= 0:
         return []
-    pair = stage_boundary(cluster, plan, groups["pp"].fabric)
+    pair = place_group(cluster, "pp", 2, (plan.pp - 1) * plan.tp * plan.cp * plan.dp,
+                       groups["pp"].fabric)
     return [group_collective(Collective.ALL_REDUCE, params * plan.grad_bytes, pair, prof)]
 
 

@@ -332,13 +332,13 @@ def _tail(st: _Stage, tc: TailCosts, x: _Plan, plan: Plan, rec: _Recorder | None
     if plan.zero_stage < 3 and x.reduces:
         for c in sorted(tc.buckets_s, key=lambda c: -st.last_bwd[c][0]):
             prev = _buckets(st, tc.buckets_s[c], st.last_bwd[c], x, plan, tc.link, prev)
-    if tc.tied_s > 0:                   # the tied embedding's all-reduce (step._dp_and_optimizer)
-        prev = _flow(x, st, tc.tied_link, max(st.c_free, prev), tc.tied_s)
     if tc.interference_s > 0:
         if rec is not None:
             rec.plain(st.c_free, tc.interference_s, "interference")
         st.c_free += tc.interference_s
         st.compute_work_s += tc.interference_s
+    if tc.tied_s > 0:                   # the tied embedding's all-reduce (step._dp_and_optimizer)
+        prev = _flow(x, st, tc.tied_link, max(st.c_free, prev), tc.tied_s)
     start = max(st.c_free, prev)
     if rec is not None:
         rec.optimizer(start, tc.optimizer_s, prev)

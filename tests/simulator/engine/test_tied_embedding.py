@@ -15,7 +15,7 @@ from simulator.cost.layer import group_collective
 from simulator.engine.simulate import simulate
 from simulator.engine.stage_work import build_chunks, place_groups
 from simulator.network.collectives import Collective
-from simulator.parallel.placement import stage_boundary
+from simulator.parallel.placement import place_group
 from simulator.parallel.plan import Plan
 from simulator.workload import TransformerSpec
 
@@ -26,7 +26,9 @@ PROF = dataclasses.replace(hardware_db.load_profile("a100-sxm-80gb"), host=None)
 
 
 def _allreduce_s(plan: Plan, cl) -> float:
-    pair = stage_boundary(cl, plan, place_groups(cl, plan)["pp"].fabric)
+    """Over the first and last stage's ranks of one model replica: ``pp - 1`` stages apart."""
+    pair = place_group(cl, "pp", 2, (plan.pp - 1) * plan.tp * plan.cp * plan.dp,
+                       place_groups(cl, plan)["pp"].fabric)
     size = TIED.vocab * TIED.hidden / plan.tp * plan.grad_bytes
     return group_collective(Collective.ALL_REDUCE, size, pair, PROF).time_s
 
@@ -61,3 +63,41 @@ def test_nothing_to_reduce_on_one_stage_or_untied():
     held = [sum(c.tied_params for c in s) > 0
             for s in build_chunks(TIED, four, cl4, PROF, place_groups(cl4, four))]
     assert held == [True, False, False, True]
+
+
+def test_the_pair_is_first_and_last_stage_not_neighbours():
+    """tp4 pp4 on 8-GPU nodes: neighbouring stages share a node, the end stages do not; the
+    all-reduce is priced across the nodes (a review found it priced as a hand-off)."""
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 16)
+    plan = Plan(tp=4, pp=4, dp=1, micro_batch=1, global_batch=8, precision="bf16")
+    tied = simulate(TIED, plan, cl, PROF, periodic=False)
+    untied = simulate(UNTIED, plan, cl, PROF, periodic=False)
+    far = _allreduce_s(plan, cl)
+    near = group_collective(Collective.ALL_REDUCE, TIED.vocab * TIED.hidden / 4 * plan.grad_bytes,
+                            place_group(cl, "pp", 2, 4, place_groups(cl, plan)["pp"].fabric),
+                            PROF).time_s
+    assert far > 2 * near
+    assert tied.step_time_s - untied.step_time_s == pytest.approx(far, rel=1e-6)
+
+
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipe"])
+def test_nothing_to_exchange_where_one_rank_holds_both_ends(schedule):
+    """ZB-V's V and DualPipe's two copies put the embedding and the head on one stage."""
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 32)
+    plan = Plan(tp=8, pp=4, micro_batch=1, global_batch=16, precision="bf16", schedule=schedule)
+    assert all(c.tied_params == 0 for s in build_chunks(TIED, plan, cl, PROF,
+                                                        place_groups(cl, plan)) for c in s)
+
+
+def test_engines_agree_with_overlapped_gradient_reduction():
+    """The all-reduce starts after the whole backward, including the slowdown the
+    overlapped gradient buckets cause (a review found the event engine starting it beside
+    that slowdown, unlike the analytic form)."""
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 8)
+    plan = Plan(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, precision="bf16",
+                zero_stage=1, dp_overlap=True)
+    t = _allreduce_s(plan, cl)
+    for engine, periodic in (("event", True), ("event", False), ("analytic", True)):
+        a = simulate(TIED, plan, cl, PROF, engine=engine, periodic=periodic).step_time_s
+        b = simulate(UNTIED, plan, cl, PROF, engine=engine, periodic=periodic).step_time_s
+        assert a - b == pytest.approx(t, rel=1e-6), engine
