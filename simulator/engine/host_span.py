@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..cost.host import host_waits, lead_layers, lead_release_frac, pass_syncs, sync_at_p2p
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
-from ..parallel.schedule import is_loss_pass, iter_pass_order
+from ..parallel.schedule import is_loss_pass, iter_pass_order, plain_loss_pass
 from .pair_overlap import played_passes
 from .stage_work import ChunkWork, pass_numbers
 
@@ -56,8 +56,8 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
         passes: Iterable = (kinds[(f, c)] for f, _, c in (order or plain))
         h_total = m * sum(max(0.0, k[1]) for k in kinds.values())
         each = list(kinds.values())
-        marks = None if order is None else [(f, f and stage == plan.pp - 1 and c == plan.vpp - 1)
-                                            for f, _, c in order]
+        marks = None if order is None else [
+            (f, plain_loss_pass(f, stage, c, plan.pp, plan.vpp)) for f, _, c in order]
     else:
         played = played_passes(chunks, plan, stage, m, prof)
         passes = [(pt.duration_s,) + pass_numbers(pc, chunks[u.chunk])[1:]
@@ -108,11 +108,10 @@ def _play_order(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool], m
     stage's last chunk in these placements; ``every``: the host waits before every pass,
     as Megatron's batched p2p sync makes it, ``step._host_deps``)."""
     order = list(iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp))
-    last = stage == plan.pp - 1
     synced, prev_loss = [], False
     for i, (f, _, c) in enumerate(order):
         synced.append(i > 0 and (every or host_waits(syncs, prev_loss, f)))
-        prev_loss = f and last and c == plan.vpp - 1
+        prev_loss = plain_loss_pass(f, stage, c, plan.pp, plan.vpp)
     return _with_waits([kinds[(f, c)] for f, _, c in order], synced, 0.0).span_s
 
 

@@ -28,7 +28,7 @@ from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.placement import GroupPlacement
 from ..parallel.plan import Plan
-from ..parallel.schedule import Unit, pass_order, sends_downstream, upstream
+from ..parallel.schedule import Unit, pass_order, plain_loss_pass, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
 from .breakdown import event_breakdown
 from .ds_pipe import uses_rendezvous
@@ -245,7 +245,7 @@ def _advance(st: _Stage, x: _Plan, rec: _Recorder | None = None) -> int:
         ends[key] = st.c_free = end
         g, _, _, layers = costs[k]
         st.prev = (ds, g, layers, end)
-        st.prev_loss = fwd and st.s == x.pp - 1 and c == vpp - 1
+        st.prev_loss = plain_loss_pass(fwd, st.s, c, x.pp, vpp)
         if not fwd:
             st.last_bwd[c] = (i, ds, g)
         if rec is not None:

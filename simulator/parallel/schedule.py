@@ -175,6 +175,12 @@ def upstream(unit: Unit, stage: int, pp: int, vpp: int,
     return s, Unit(False, unit.mb, c)
 
 
+def plain_loss_pass(fwd: bool, stage: int, chunk: int, pp: int, vpp: int) -> bool:
+    """``is_loss_pass`` for the placements of ``pass_order`` (GPipe, 1F1B, interleaved):
+    the forward of the last stage's last chunk."""
+    return fwd and stage == pp - 1 and chunk == vpp - 1
+
+
 def is_loss_pass(unit: Unit, stage: int, pp: int, vpp: int,
                  schedule: Schedule = Schedule.ONE_F_ONE_B) -> bool:
     """Whether ``unit`` is a forward pass that ends in the loss (the last position of the
