@@ -15,9 +15,6 @@ from __future__ import annotations
 from ..network.price import CollectiveCost
 from ..parallel.deepspeed_pipe import (BACKWARD, FORWARD, RECV_ACT, RECV_GRAD, SEND_ACT,
                                        SEND_GRAD, train_commands)
-
-__all__ = ["Rendezvous", "SEND_ACT", "SEND_GRAD", "pass_unit", "stage_commands",
-           "transfer_times_s", "uses_rendezvous"]
 from ..parallel.plan import Plan, Schedule
 from ..parallel.schedule import Unit
 from .events import Engine

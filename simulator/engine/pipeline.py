@@ -1,7 +1,7 @@
 """Play a pipeline schedule alone: given pass times, no model, no network.
 
-The same task lists and dependency wiring the step simulation uses (``step.stage_units``,
-``step.pipeline_sends``), with every forward lasting ``f_s``, every B ``b_s``, every W
+The same task lists and dependency wiring the step simulation uses (``step.stage_passes``:
+``stage_units`` and ``pipeline_sends``, or DeepSpeed's instruction stream), with every forward lasting ``f_s``, every B ``b_s``, every W
 ``w_s`` (a whole backward ``b_s + w_s``) and each hand-off between stages ``send_s`` on
 the sender's link. This is how the schedules are checked against their papers' closed
 forms, which assume exactly this: equal passes on every stage, communication aside.
@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from ..cost.layer import PassCost
 from ..parallel.plan import Plan, Schedule
 from ..parallel.schedule import Part, Unit
-from .ds_pipe import Rendezvous, uses_rendezvous
 from .events import Engine
-from .step import ds_stage_units, pipeline_sends, stage_units
+from .step import stage_passes
 
 
 @dataclass(frozen=True)
@@ -87,15 +86,8 @@ def play_schedule(schedule: Schedule | str, pp: int, m: int, times: PassTimes, v
                 pp_rendezvous=rendezvous)
     chunk = _FixedChunk(times, layer_share(plan.schedule, plan.vpp))
     eng = Engine()
-    if uses_rendezvous(plan):
-        rdv = Rendezvous()
-        st = [ds_stage_units(eng, s, [chunk], plan, m, (send_s, send_s), None, rdv)
-              for s in range(plan.pp)]
-        rdv.wire(eng)
-    else:
-        st = [stage_units(eng, s, [chunk] * plan.vpp, plan, m, send_s, None)
-              for s in range(plan.pp)]
-        pipeline_sends(eng, st, send_s, plan, "network")
+    st = stage_passes(eng, [[chunk] * plan.vpp] * plan.pp, plan, m, (send_s, send_s), None,
+                      "network")
     eng.run()
     starts, ends, busy = [], [], []
     for stage in st:

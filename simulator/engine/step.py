@@ -24,8 +24,8 @@ from ..parallel.placement import GroupPlacement, place_group, stage_boundary
 from ..parallel.plan import Plan
 from ..parallel.schedule import Part, Unit, is_loss_pass, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
-from .ds_pipe import (SEND_ACT, SEND_GRAD, Rendezvous, pass_unit, stage_commands,
-                      transfer_times_s, uses_rendezvous)
+from ..parallel.deepspeed_pipe import SEND_ACT, SEND_GRAD
+from .ds_pipe import Rendezvous, pass_unit, stage_commands, transfer_times_s, uses_rendezvous
 from .events import Engine
 from .pair_overlap import PassTime, played_passes
 from .stage_work import ChunkWork
@@ -145,17 +145,27 @@ def build_tasks(eng: Engine, stages: list[list[ChunkWork]], model: TransformerSp
                 groups: dict[str, GroupPlacement]) -> list[StageTasks]:
     m = plan.num_microbatches
     sends = pipeline_send_costs(model, plan, cluster, prof, groups)
-    t_send = sum(c.time_s for c in sends)
-    if uses_rendezvous(plan):
-        rdv = Rendezvous()
-        out = [ds_stage_units(eng, s, stages[s], plan, m, transfer_times_s(sends), prof, rdv)
-               for s in range(plan.pp)]
-        rdv.wire(eng)
-    else:
-        out = [stage_units(eng, s, stages[s], plan, m, t_send, prof) for s in range(plan.pp)]
-        pipeline_sends(eng, out, t_send, plan, link_of(sends[:1]))
+    out = stage_passes(eng, stages, plan, m, transfer_times_s(sends), prof, link_of(sends[:1]))
     for s in range(plan.pp):
         _dp_and_optimizer(eng, out[s], stages[s], plan, cluster, prof, groups, m)
+    return out
+
+
+def stage_passes(eng: Engine, stages: list[list], plan: Plan, m: int,
+                 times: tuple[float, float], prof: Profile | None,
+                 link: str) -> list[StageTasks]:
+    """Every stage's passes and their pipeline hand-offs on ``eng``: DeepSpeed's instruction
+    stream with blocking send / receive pairs (``times``: send, receive seconds) where the
+    plan runs its engine, else the schedule's order with each hand-off of ``times[1]`` s
+    (the send and whatever follows it on arrival) on ``link``."""
+    if uses_rendezvous(plan):
+        rdv = Rendezvous()
+        out = [ds_stage_units(eng, s, stages[s], plan, m, times, prof, rdv)
+               for s in range(plan.pp)]
+        rdv.wire(eng)
+        return out
+    out = [stage_units(eng, s, stages[s], plan, m, times[1], prof) for s in range(plan.pp)]
+    pipeline_sends(eng, out, times[1], plan, link)
     return out
 
 
