@@ -69,7 +69,9 @@ class HostMechanism:
     it (the batch code copies a device tensor to the host: Megatron-LM's legacy
     ``get_batch``); ``sync_after_loss``: after issuing a forward pass that ends in the loss,
     the host waits for the device to finish it (the training script reads the loss:
-    Megatron's NaN check in ``loss_func``);
+    Megatron's NaN check in ``loss_func``); ``only_without_vpp``: the mechanism exists only
+    in plans without virtual pipeline stages (``framework_plan.with_framework`` drops it
+    otherwise);
     ``moe_layer_fwd_eager_ops`` / ``moe_layer_bwd_eager_ops``: the whole MoE block of one MoE
     layer and pass as the framework issues it (the op graph's own MoE-block ops are
     subtracted where charged), ``moe_pre_sync_fwd_eager_ops`` of it issued before
@@ -121,6 +123,7 @@ class HostMechanism:
     lead_layers: int = -1
     sync_at_p2p: bool = False
     sync_before_fwd: bool = False
+    only_without_vpp: bool = False
     sync_after_loss: bool = False
     launch_blocking: bool = False
     grad_cat_on_unshard_stream: bool = False
