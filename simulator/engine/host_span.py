@@ -44,11 +44,11 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     if plain is not None:          # (device s, host s, ops, layers) by pass kind: a tuple each;
         kinds = {(f, ch.chunk): pass_numbers(ch.fwd if f else ch.bwd, ch)   # each kind runs
                  for ch in chunks for f in (True, False)}                # m times a step
-        # the loss is computed by the last stage's last chunk in these placements, so only
-        # a wait before every forward can make another stage wait
-        waits_here = every or syncs[0] or (syncs[1] and stage == plan.pp - 1)
+        # the loss is computed by the last stage's last chunk in these placements: a wait
+        # after it cannot make another stage wait
+        waits_here = (every or syncs[0] or (syncs[1] and stage == plan.pp - 1)) \
+            and host is not None and not host.synchronous
         g_total = m * sum(k[0] for k in kinds.values())
-        waits_here = waits_here and host is not None and not host.synchronous
         if waits_here and lead_layers(plan.host_mechanisms) < 0:
             return StageSpan(_plain_waits_span(kinds, plan, stage, syncs, m, every), g_total,
                              0.0)
@@ -80,8 +80,6 @@ def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -
     lead = lead_layers(plan.host_mechanisms)
     if synced is not None and not any(synced):
         synced = None                    # this stage never waits (the loss is elsewhere)
-    if synced is not None and lead < 0:
-        return _with_waits(list(passes), synced, g_total)
     return _asynchronous(passes, lead, g_total, h_total, safe, synced)
 
 
@@ -104,7 +102,7 @@ def _plain_waits_span(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bo
 
 def _play_order(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool], m: int,
                 every: bool = False) -> float:
-    """``_with_waits`` over the stage's order for ``m`` micro-batches (the loss is the last
+    """``_asynchronous`` over the stage's order for ``m`` micro-batches (the loss is the last
     stage's last chunk in these placements; ``every``: the host waits before every pass,
     as Megatron's batched p2p sync makes it, ``step._host_deps``)."""
     order = list(iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp))
@@ -112,70 +110,8 @@ def _play_order(kinds: dict, plan: Plan, stage: int, syncs: tuple[bool, bool], m
     for i, (f, _, c) in enumerate(order):
         synced.append(i > 0 and (every or host_waits(syncs, prev_loss, f)))
         prev_loss = plain_loss_pass(f, stage, c, plan.pp, plan.vpp)
-    return _with_waits([kinds[(f, c)] for f, _, c in order], synced, 0.0).span_s
-
-
-def _play(p: tuple, h: float, d: float) -> tuple[float, float]:
-    """One pass of the recursion (no lead limit): (host free, device free) after it."""
-    g, hh, first, _ = p
-    if hh <= 0:
-        return h, d + g
-    he = h + hh
-    return he, max(max(d, h + first * hh) + g, he)
-
-
-def _with_waits(passes: list, synced: list[bool], g_total: float) -> StageSpan:
-    """The recursion with the host waiting for the device before the passes ``synced``
-    marks (no lead limit). A wait puts the host where the device ends, so two stretches
-    between waits with the same passes, begun with the device the same distance behind the
-    host, advance both by the same amounts: once a stretch repeats the one before it, the
-    walk jumps over every identical stretch that follows (a 1F1B order's steady state is
-    one such run), and plays the rest pass by pass."""
-    n, i = len(passes), 0
-    h = d = 0.0
-    last: tuple[int, int, float, float, float] | None = None   # start, length, gap, dh, dd
-    start, gap0, h0, d0 = -1, 0.0, 0.0, 0.0
-    while i < n:
-        if synced[i]:
-            h = max(h, d)
-            if start >= 0:
-                seg = (start, i - start, gap0, h - h0, d - d0)
-                if last is not None and _repeats(passes, synced, last, seg, h - d):
-                    k = _run_length(passes, synced, i, seg[1])
-                    h, d, i = h + k * seg[3], d + k * seg[4], i + k * seg[1]
-                    if i >= n:
-                        break
-                    h = max(h, d)
-                last = seg
-            start, gap0, h0, d0 = i, h - d, h, d
-        h, d = _play(passes[i], h, d)
-        i += 1
-    return StageSpan(d, g_total, 0.0)
-
-
-def _repeats(passes: list, synced: list[bool], last: tuple, seg: tuple, gap: float) -> bool:
-    """Whether stretch ``seg`` repeats ``last`` (same passes and waits, same start and end
-    distance between host and device, same advance)."""
-    (a, la, ga, dha, dda), (b, lb, gb, dhb, ddb) = last, seg
-    tol = 1e-12 * max(1.0, abs(dda))
-    return (la == lb and a + la == b and abs(ga - gb) <= tol and abs(gap - gb) <= tol
-            and abs(dha - dhb) <= tol and abs(dda - ddb) <= tol
-            and passes[a:b] == passes[b:b + lb] and synced[a:b] == synced[b:b + lb])
-
-
-def _run_length(passes: list, synced: list[bool], i: int, length: int) -> int:
-    """How many stretches of ``length`` passes from ``i`` on repeat the one just before
-    ``i`` and each end at a wait (or at the end of the passes)."""
-    ref, waits, n, k = passes[i - length:i], synced[i - length:i], len(passes), 0
-    while i + (k + 1) * length <= n:
-        j = i + k * length
-        if passes[j:j + length] != ref or synced[j:j + length] != waits:
-            break
-        end = j + length
-        if end < n and not synced[end]:
-            break
-        k += 1
-    return k
+    return _asynchronous([kinds[(f, c)] for f, _, c in order], -1, 0.0, 0.0, math.inf,
+                         synced).span_s
 
 
 def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
@@ -189,7 +125,9 @@ def _asynchronous(passes: Iterable, lead: int, g_total: float, h_total: float,
     takes to issue: the trail never shrinks) or by all the host time still to come, it
     never waits again, and the rest of the span is the device's remaining work: the walk
     stops there (a GPU host issuing faster than the device runs stops within a few passes,
-    whatever the number of micro-batches)."""
+    whatever the number of micro-batches). ``synced``: per pass, whether the host first waits
+    for the device to finish everything before it (``host_waits``); such a walk has no lead
+    to keep and plays every pass."""
     h = d = g_done = h_done = 0.0
     prev: tuple[float, float, int] | None = None        # device start, duration, layers
     for i, (g, hh, first, layers) in enumerate(passes):

@@ -22,9 +22,9 @@ from ..network.collectives import Collective
 from ..network.price import CollectiveCost
 from ..parallel.placement import GroupPlacement, place_group, stage_boundary
 from ..parallel.plan import Plan
+from ..parallel.deepspeed_pipe import SEND_ACT, SEND_GRAD
 from ..parallel.schedule import Part, Unit, is_loss_pass, sends_downstream, upstream
 from ..workload.spec import TransformerSpec
-from ..parallel.deepspeed_pipe import SEND_ACT, SEND_GRAD
 from .ds_pipe import Rendezvous, pass_unit, stage_commands, transfer_times_s, uses_rendezvous
 from .events import Engine
 from .pair_overlap import PassTime, played_passes

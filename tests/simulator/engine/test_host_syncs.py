@@ -116,30 +116,6 @@ def test_frameworks_carry_the_waits_their_scripts_have():
                        for n in mechs[fw]), fw
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 5.0), st.floats(0.0, 5.0), st.sampled_from([1.0, 0.5, 0.1]),
-                          st.booleans()), min_size=1, max_size=4),
-       st.lists(st.tuples(st.floats(0.0, 5.0), st.floats(0.0, 5.0), st.booleans()), max_size=6),
-       st.integers(1, 60))
-def test_the_analytic_jump_over_repeated_stretches_is_exact(period, prefix, reps):
-    """The analytic recursion jumps over runs of identical stretches between waits
-    (``host_span._with_waits``); it must give what walking every pass gives."""
-    from simulator.engine.host_span import _asynchronous, _with_waits
-    passes, synced = [], []
-    for g, hh, w in prefix:
-        passes.append((g, hh, 1.0, 1))
-        synced.append(w)
-    for _ in range(reps):
-        for j, (g, hh, first, w) in enumerate(period):
-            passes.append((g, hh, first, 1))
-            synced.append(j == 0 or w)
-    synced[0] = False
-    g_total = sum(p[0] for p in passes)
-    walked = _asynchronous(passes, -1, g_total, sum(p[1] for p in passes), float("inf"), synced)
-    jumped = _with_waits(passes, synced, g_total)
-    assert jumped.span_s == pytest.approx(walked.span_s, rel=1e-9, abs=1e-12)
-
-
 def test_megatron_core_and_nemo_sync_at_hand_offs_only_without_virtual_stages():
     """Megatron-LM forces overlap_p2p_comm off for the non-interleaved schedule, so its
     hand-offs are batched with batch_p2p_sync's torch.cuda.synchronize(); NeMo's config keeps
