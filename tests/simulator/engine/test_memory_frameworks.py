@@ -42,8 +42,8 @@ def test_llama3_8b_fp8_on_8_h100_within_10_percent(extra, target_gb, capsys):
 
 
 def test_grad_dtype_flag_moves_exactly_2_bytes_per_parameter(capsys):
-    bf = sim_json(L8B + ["--framework", "megatron-core"], capsys)["stages"][0]
-    fp = sim_json(L8B + ["--framework", "megatron-core", "--grad-dtype", "fp32"], capsys)["stages"][0]
+    bf = sim_json(L8B + ["--framework", "megatron-core", "--grad-dtype", "bf16"], capsys)["stages"][0]
+    fp = sim_json(L8B + ["--framework", "megatron-core"], capsys)["stages"][0]
     params = get_preset("llama3-8b").total_params()
     assert fp["grads_bytes"] - bf["grads_bytes"] == pytest.approx(2 * params, rel=1e-9)
 

@@ -68,10 +68,12 @@ def test_fsdp_keeps_16_bytes_per_sharded_parameter(fw):
 
 
 def test_grad_buffer_dtype_follows_the_framework_and_the_explicit_flag():
-    """Megatron-Core's DDP config reduces in the param dtype (grad_reduce_in_fp32=False):
-    2 + 2 + 12/d; --grad-dtype fp32 gives Megatron-LM's 6 + 12/d."""
-    assert states("megatron-core", "bf16", 1, 8) == pytest.approx(4 + 12 / 8)
-    assert states("megatron-core", "bf16", 1, 8, grad_dtype="fp32") == pytest.approx(6 + 12 / 8)
+    """Megatron-LM's training loop reduces bf16 runs' gradients in fp32 (arguments.py forces
+    accumulate_allreduce_grads_in_fp32): 2 + 4 + 12/d; --grad-dtype bf16 (Megatron-LM's
+    --grad-reduce-in-bf16) gives 2 + 2 + 12/d."""
+    assert states("megatron-core", "bf16", 1, 8) == pytest.approx(6 + 12 / 8)
+    assert states("megatron-core", "fp8", 1, 8) == pytest.approx(6 + 12 / 8)
+    assert states("megatron-core", "bf16", 1, 8, grad_dtype="bf16") == pytest.approx(4 + 12 / 8)
     assert states("nemo", "fp8", 1, 8) == pytest.approx(4 + 12 / 8)
     assert states("nemo", "bf16", 1, 8) == pytest.approx(6 + 12 / 8)   # bf16_mixed plugin
 

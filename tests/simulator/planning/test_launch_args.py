@@ -319,3 +319,19 @@ def test_fsdp2_sketch_places_ep_like_megatron_under_cp():
         size, stride = group_strides(p)["ep"]
         assert size == p.ep
         assert (groups[0] == np.arange(p.ep) * stride).all(), kw
+
+
+@pytest.mark.parametrize("grad_dtype, precision, flag", [
+    (None, "bf16", False), (None, "fp8", False), ("bf16", "bf16", True), ("bf16", "fp8", True),
+    (None, "fp16", False)])
+def test_megatron_gradient_dtype_flag_follows_the_plan(grad_dtype, precision, flag):
+    """Megatron-LM's --bf16 alone reduces gradients in fp32 (arguments.py forces
+    accumulate_allreduce_grads_in_fp32), which is Megatron-Core's default here; a plan with
+    16-bit gradients must ask for --grad-reduce-in-bf16 or the run would not match it."""
+    from simulator.parallel.framework_plan import with_framework
+    m = resolve_model("llama3-8b")
+    p = with_framework(Plan(tp=2, dp=4, micro_batch=1, global_batch=64, zero_stage=1,
+                            precision=precision), "megatron-core", grad_dtype=grad_dtype)
+    assert p.grad_bytes == (2 if grad_dtype or precision == "fp16" else 4)
+    a = _args(launch_args(m, p, 8, 8))
+    assert ("--grad-reduce-in-bf16" in a) == flag
