@@ -78,12 +78,14 @@ def grad_check_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
 
 
 def grad_buffer_buckets(ch: ChunkWork, plan: Plan) -> int:
-    """Buckets of one chunk's gradient buffer in Megatron-Core's DDP: one unless the
-    reduction overlaps the backward, and one on every pipeline stage but the first and for
-    every model chunk but the first (distributed_data_parallel.py core_r0.8.0 L66-74;
-    training.py core_v0.15.0 L988-1000: bucket_size None without overlap_grad_reduce,
-    disable_bucketing for model_chunk_idx > 0)."""
-    if not plan.dp_overlap or ch.stage > 0 or ch.chunk > 0:
+    """Buckets of one chunk's gradient buffer: one unless the reduction overlaps the
+    backward; under ``Plan.dp_bucket_first_chunk_only`` (Megatron-Core's DDP) also one on
+    every pipeline stage but the first and for every model chunk but the first
+    (distributed_data_parallel.py core_r0.8.0 L66-74; training.py core_v0.15.0 L988-1000:
+    bucket_size None without overlap_grad_reduce, disable_bucketing for model_chunk_idx > 0)."""
+    if not plan.dp_overlap:
+        return 1
+    if plan.dp_bucket_first_chunk_only and (ch.stage > 0 or ch.chunk > 0):
         return 1
     return max(1, math.ceil(ch.params / plan.bucket_params()))
 
@@ -427,14 +429,17 @@ def tied_grad_costs(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
 def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
                       prof: Profile, groups: dict[str, GroupPlacement]) -> float:
     """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
-    per chunk the overlap is the shorter of its reduction and its last backward pass
-    (``last_backward_s``: seconds of that pass, by chunk)."""
+    per chunk the overlap is the shorter of its reduction and the part of its last backward
+    pass (``last_backward_s``: seconds of that pass, by chunk) after the first of its ``n``
+    buckets is released, ``(n - 1) / n`` of it (``_chunk_buckets`` releases bucket ``j`` at
+    ``(j + 1) / n``): none for a one-bucket buffer, whose reduction starts as the pass ends."""
     if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
         return 0.0
     total = 0.0
     for ch in chunks:
-        last_b = last_backward_s[ch.chunk]
-        total += interference_s(min(sum(bucket_times_s(ch, plan, groups, prof)), last_b), prof)
+        times = bucket_times_s(ch, plan, groups, prof)
+        after_first = last_backward_s[ch.chunk] * (len(times) - 1) / len(times)
+        total += interference_s(min(sum(times), after_first), prof)
     return total
 
 
@@ -443,7 +448,7 @@ def bucket_times_s(ch: ChunkWork, plan: Plan, groups: dict[str, GroupPlacement],
     """Duration of each gradient bucket's reduction for one chunk (one bucket when the
     reduction is not overlapped: it then runs as one coalesced collective)."""
     dense, expert = chunk_params([ch])
-    n = max(1, math.ceil(ch.params / plan.bucket_params())) if plan.dp_overlap else 1
+    n = grad_buffer_buckets(ch, plan)
     return [dp_reduce_time_s(dense / n, expert / n, plan, groups, prof)] * n
 
 

@@ -32,6 +32,7 @@ class FrameworkDefaults:
     zero1_allreduce: bool = False
     dp_overlap_zero3: bool | None = None   # DP overlap under ZeRO-3 when it differs (DeepSpeed)
     dp_bucket_bytes: int = 0               # gradient bucket size (0: Megatron-Core's default)
+    dp_bucket_first_chunk_only: bool = False   # buckets only on stage 0's first model chunk
 
     def dp_overlap_for(self, zero_stage: int) -> bool:
         """Whether gradient reduction overlaps backward at this ZeRO stage."""

@@ -14,7 +14,7 @@ from .conventions import conventions_for
 from .plan import Plan
 
 BEHAVIOUR_FIELDS = ("attention", "dp_overlap", "tp_overlap", "pp_scatter_gather",
-                    "pp_blocking_p2p", "pp_rendezvous", "grad_nan_check",
+                    "pp_blocking_p2p", "pp_rendezvous", "grad_nan_check", "dp_bucket_first_chunk_only",
                     "grad_accum_bytes_per_param", "zero1_allreduce",
                     "sequence_parallel", "host_mode", "host_mechanisms")
 
@@ -56,6 +56,7 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
               # Megatron-LM turns its NaN checks off under fp16 with dynamic loss scaling
               # (arguments.py core_r0.8.0 L289-297): NaNs are the loss scaler's signal
               "grad_nan_check": beh.grad_nan_check and plan.precision != Dtype.FP16,
+              "dp_bucket_first_chunk_only": beh.dp_bucket_first_chunk_only,
               "grad_accum_bytes_per_param": beh.grad_accum_bytes_per_param if bf16 else 0.0,
               "zero1_allreduce": beh.zero1_allreduce and bf16,
               "sequence_parallel": bool(beh.sp_with_tp) and plan.tp > 1,

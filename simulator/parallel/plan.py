@@ -91,6 +91,10 @@ class Plan:
     # Before reducing each gradient bucket the framework reads it for NaN (a norm of the
     # bucket: Megatron-Core's check_for_nan_in_grad); one read of the gradient buffer a step
     grad_nan_check: bool = False
+    # Megatron-Core's DDP splits the gradient buffer into buckets only on the first pipeline
+    # stage's first model chunk; every other buffer is one bucket, reduced when the chunk's
+    # last backward ends (``engine.step.grad_buffer_buckets``)
+    dp_bucket_first_chunk_only: bool = False
     # Extra bytes moved per local parameter after every micro-batch's backward to accumulate
     # gradients outside the weight-gradient GEMM (DeepSpeed's BF16_Optimizer: zero the bf16
     # grads, then fp32 += bf16: 2 + 10 B). 0: the GEMM accumulates in place (Megatron's

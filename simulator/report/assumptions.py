@@ -24,6 +24,7 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "dp_overlap": plan.dp_overlap, "tp_overlap": plan.tp_overlap,
         "dp_bucket_params": plan.bucket_params(),
         "dp_bucket_default": plan.dp_bucket_bytes == 0,
+        "dp_bucket_first_chunk_only": plan.dp_bucket_first_chunk_only,
         "pp_blocking_p2p": plan.pp_blocking_p2p, "pp_rendezvous": uses_rendezvous(plan),
         "pp_scatter_gather": plan.pp_scatter_gather,
         "grad_accum_bytes_per_param": plan.grad_accum_bytes_per_param,
@@ -48,7 +49,8 @@ def _p2p(d: dict[str, Any]) -> str:
 def assumption_lines(d: dict[str, Any]) -> list[str]:
     onoff = lambda b: "on" if b else "off"
     bucket = f"{d['dp_bucket_params'] / 1e6:g} M params" + \
-        (" (Megatron-Core default max(40M, 1M x dp))" if d["dp_bucket_default"] else "")
+        (" (Megatron-Core default max(40M, 1M x dp))" if d["dp_bucket_default"] else "") + \
+        (", first stage's first chunk only" if d.get("dp_bucket_first_chunk_only") else "")
     return [
         f"assumed    batch {d['global_batch_sequences']} sequences x {d['seq_len']} tokens = "
         f"{d['tokens_per_step']:,} tokens/step, micro-batch {d['micro_batch_sequences']} "
