@@ -38,8 +38,8 @@ from .reference_host import host_for
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
-GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200",
-            "gb200", "mi300x")
+GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
+            "h200-sxm", "b200", "gb200", "b300", "mi300x")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -110,10 +110,12 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     if key in ("h100-sxm", "h200-sxm"):
         nv = L.nvlink_h200(coll)
         fits["nvlink_h200"] = nv.fit
-    elif key in ("b200", "gb200"):
+    elif key in ("b200", "gb200", "b300"):
         b200 = L.nvlink_b200(coll, L.nvlink_h200(coll))
         fits["nvlink_b200"] = b200.fit
-        nv = b200 if key == "b200" else L.nvlink_gb200(coll, b200)
+        nv = {"b200": b200, "gb200": L.nvlink_gb200(coll, b200) if key == "gb200" else None,
+              "b300": L.transferred_link(b200, "B300 (HGX B300: the same NVLink5 switch "
+                                         "generation, 900 GB/s per GPU; no B300 sweep)")}[key]
     elif key == "v100-sxm-32gb":
         nv = L.nvlink_v100(coll, a100)
     else:
@@ -144,6 +146,11 @@ NOTES = {
     "a100-sxm-80gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "
                      "power-limit ceiling is applied (the shape fit is to short runs), so long "
                      "runs may be optimistic where the 400 W limit lowers the clock.",
+    "a100-pcie-80gb": "A100 PCIe: the A100 SXM fits (same GA100 die), its own MAMF row for the "
+                      "power-limited ceiling (300 W), PCIe Gen4 between the GPUs of a node "
+                      "(the 2-GPU NVLink bridge is not modelled).",
+    "b300": "B300 (Blackwell Ultra): B200 shape fits, levels and ceiling carried by its own "
+            "MAMF rows (bf16, fp8); NVLink, attention and network transferred from B200.",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "
                      "power-limit ceiling is applied.",
 }

@@ -306,11 +306,12 @@ def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
         curves.update(_both_directions("flash1", c["H100:flash1:fb"].curve))
         if key == "h200-sxm":
             curves = _relabel(curves, "H200 = H100 compute (same GH100 die)")
-    elif key in ("b200", "gb200"):
+    elif key in ("b200", "gb200", "b300"):
         curves = _blackwell_curves(refs)
-        if key == "gb200":
-            curves = _relabel(curves, "transferred from B200 (same Blackwell SM; no GB200 "
-                              "attention row), as a fraction of GB200's own peak")
+        if key != "b200":
+            label = {"gb200": "GB200", "b300": "B300"}[key]
+            curves = _relabel(curves, f"transferred from B200 (same Blackwell SM; no {label} "
+                              f"attention row), as a fraction of {label}'s own peak")
     else:
         return None
     fwd, bwd = constants(curves, refs.causal, key)

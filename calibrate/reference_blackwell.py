@@ -124,11 +124,15 @@ def xla_check(rows: Sequence[Row], dtype: str, predict, min_mn: int = 1024,
     return sum(e) / len(e), sum(abs(x) for x in e) / len(e), len(e)
 
 
+CARRY_WHY = {"gb200": "same Blackwell GPU, higher power limit",
+             "b300": "Blackwell Ultra: the same SM generation with 160 SMs and a 1100 W limit"}
+
+
 def _carry(c: Coefficient, key: str) -> Coefficient:
     if key == "b200":
         return c
-    return Coefficient(c.value, c.unit, f"transferred from B200 (same Blackwell GPU, higher "
-                       f"power limit; no {key} shape sweep): {c.source}", c.stderr, None)
+    return Coefficient(c.value, c.unit, f"transferred from B200 ({CARRY_WHY[key]}; no {key} "
+                       f"shape sweep): {c.source}", c.stderr, None)
 
 
 def _coef(ff: FamilyFit, name: str, unit: str, key: str) -> Coefficient:

@@ -28,6 +28,10 @@ DATASHEET: Mapping[str, Datasheet] = {
                                1555.0, 108, 300.0, "gpus.csv line 3; links.csv line 6"),
     "a100-sxm-80gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
                                2039.0, 108, 300.0, "gpus.csv line 4; links.csv line 6"),
+    "a100-pcie-80gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+                                1935.0, 108, 0.0,
+                                "gpus.csv line 5 (300 W; NVLink only as a 2-GPU bridge, the node's "
+                                "scale-up is PCIe Gen4); links.csv line 21"),
     "h100-sxm": Datasheet({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
                            "fp8": 1979.0}, 3350.0, 132, 450.0,
                           "gpus.csv line 10; links.csv line 8"),
@@ -36,6 +40,8 @@ DATASHEET: Mapping[str, Datasheet] = {
                           "gpus.csv line 13; links.csv line 8"),
     "b200": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
                        "fp8": 4500.0}, 7700.0, 148, 900.0, "gpus.csv line 16; links.csv line 10"),
+    "b300": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
+                       "fp8": 4500.0}, 7700.0, 160, 900.0, "gpus.csv line 18; links.csv line 18"),
     "gb200": Datasheet({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0,
                         "fp8": 5000.0}, 8000.0, 148, 900.0,
                        "gpus.csv line 17 (SM count empty there; 148 = B200 die, line 16); "

@@ -344,13 +344,23 @@ def a100_fp32_levels(refs: GemmRefs, kh: float, launch: float) -> dict[str, Coef
     return out
 
 
+A100_MAMF = {"a100-sxm-80gb": "A100 SXM", "a100-sxm-40gb": "A100 SXM",
+             "a100-pcie-80gb": "A100 PCIe"}
+A100_TAG = {"a100-sxm-40gb": "A100 40GB = 80GB compute (same GA100 die)",
+            "a100-pcie-80gb": "A100 PCIe = A100 SXM shape terms and burst level (same GA100 "
+                              "die; its 300 W limit shows in its own MAMF row, which sets its "
+                              "ceiling)"}
+
+
 def a100_gemm(key: str, refs: GemmRefs, launch: Coefficient) -> GemmModel:
-    """A100 40/80 GB (same compute): measured shape and level; no sustained ceiling."""
-    eff, kh, _ = _family_coefs(refs.a100, key, "" if key == "a100-sxm-80gb"
-                               else "A100 40GB = 80GB compute (same GA100 die)")
-    effs = {"bf16": eff, "fp16": _same(eff, "fp16 = bf16 (same tensor-core rate)"),
-            **a100_fp32_levels(refs, kh.value, launch.value)}
-    cap = transferred_cap(refs, key, "A100 SXM")
+    """A100 SXM 40/80 GB and PCIe (same GA100 compute): measured shape and level; a
+    ceiling transferred onto each card's own MAMF row (A100_MAMF)."""
+    eff, kh, _ = _family_coefs(refs.a100, key, A100_TAG.get(key, ""))
+    fp32 = a100_fp32_levels(refs, kh.value, launch.value)
+    if key == "a100-pcie-80gb":
+        fp32 = {d: _same(c, A100_TAG[key]) for d, c in fp32.items()}
+    effs = {"bf16": eff, "fp16": _same(eff, "fp16 = bf16 (same tensor-core rate)"), **fp32}
+    cap = transferred_cap(refs, key, A100_MAMF[key])
     return GemmModel(eff_max=effs, k_half=kh, launch_us=launch, tile_m=128, tile_n=128,
                      tiles=CUBLAS_TILES, persistent=False,
                      sustained_eff={"bf16": cap, "fp16": _same(cap, "fp16 = bf16")},
@@ -366,7 +376,7 @@ def transferred(c: Coefficient, to: str, why: str = "no row for it") -> Coeffici
                        c.stderr, None)
 
 
-BLACKWELL_MAMF = {"b200": "B200 SXM", "gb200": "GB200 SXM"}
+BLACKWELL_MAMF = {"b200": "B200 SXM", "gb200": "GB200 SXM", "b300": "B300 SXM"}
 
 
 def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:

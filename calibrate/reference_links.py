@@ -1,7 +1,7 @@
 """Collective coefficients of the reference profiles, from collectives.csv (with sources)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 from simulator.hardware.profile import Coefficient, LinkCoefficients
@@ -271,3 +271,11 @@ def xgmi_from(nvlink_ref: LinkFit) -> LinkCoefficients:
     c, why = nvlink_ref.coefs, "MI300X xGMI (assumed: no RCCL microbenchmark row in shared data)"
     return LinkCoefficients(_xfer(c.alpha_us, why), _xfer(c.small_bw_eff, why),
                             _xfer(c.base_us, why), _xfer(c.bw_eff, why))
+
+
+def transferred_link(fit: LinkFit, why: str) -> LinkFit:
+    """A sibling GPU's fitted link coefficients carried over unchanged, each saying so."""
+    c = fit.coefs
+    return LinkFit(LinkCoefficients(**{f.name: (_xfer(getattr(c, f.name), why)
+                                                if getattr(c, f.name) is not None else None)
+                                       for f in fields(c)}))

@@ -125,3 +125,33 @@ def test_an_efficiency_is_never_rounded_to_zero_by_its_error_bar():
     # other units keep the rounding to their error (k_half 0 is a meaningful value)
     assert round_numbers({"value": 3.0, "unit": "elements", "source": "fit",
                           "stderr": 90000.0})["value"] == 0.0
+
+
+def test_sibling_gpus_carry_their_own_mamf_rows():
+    """A100 PCIe (300 W) and B300 have no shape sweep of their own: they take their
+    family's shape terms, and their own best-shape (MAMF) rows set what differs -- the A100
+    PCIe ceiling sits below the SXM card's by the ratio of the two MAMF rows (252.9 / 271.2
+    TF, kernels.csv lines 2-3), the B300 level above B200's by 1769 / 1745 TF (lines 6-7)."""
+    load = lambda k: Profile.read_json(PROFILE_DIR / f"{k}.json")
+    sxm, pcie = load("a100-sxm-80gb"), load("a100-pcie-80gb")
+    assert pcie.gemm.k_half.value == sxm.gemm.k_half.value
+    assert pcie.gemm.sustained_eff["bf16"].value / sxm.gemm.sustained_eff["bf16"].value == \
+        pytest.approx(252.9 / 271.2, rel=1e-4)
+    assert "A100 PCIe" in pcie.gemm.eff_max["fp32"].source
+    b200, b300 = load("b200"), load("b300")
+    assert b300.gemm.eff_max["bf16"].value / b200.gemm.eff_max["bf16"].value == \
+        pytest.approx(1769.0 / 1745.0, rel=1e-3)
+    assert b300.gemm.eff_max["fp8"].value / b200.gemm.eff_max["fp8"].value == \
+        pytest.approx(3353.3 / 3432.5, rel=1e-3)
+    for c in (b300.gemm.k_half, b300.links["nvlink"].alpha_us, b300.gemm.sustained_eff["bf16"]):
+        assert "transferred" in c.source or "assumed" in c.source
+
+
+@pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "b300"])
+def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
+    from simulator.cli.main import main
+    args = ["simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--dp", "8",
+            "--micro-batch", "1", "--global-batch", "64", "--seq-len", "4096", "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["step_time_s"] > 0 and d["profile"].startswith(gpu)
