@@ -39,7 +39,7 @@ from .reference_host import host_for
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
-            "h200-sxm", "b200", "gb200", "b300", "mi300x")
+            "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -91,8 +91,9 @@ def attention_model(key: str, gemm: GemmModel, a100_bf16_eff: float,
                         "memory-efficient kernels)")
     else:
         r = gemm.eff_max["bf16"].value / a100_bf16_eff
+        amd = key.upper().replace("-", " ")
         fwd, bwd = pair("a100", r, f"assumed: A100 FlashAttention-2 fraction x {r:.3f} "
-                        "(MI300X/A100 bf16 GEMM efficiency ratio; no MI300X attention row)")
+                        f"({amd}/A100 bf16 GEMM efficiency ratio; no {amd} attention row)")
     dtypes = ("fp16",) if key == "v100-sxm-32gb" else ("bf16", "fp16")
     f_map = {d: fwd for d in dtypes}
     b_map = {d: bwd for d in dtypes}
@@ -110,12 +111,19 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     if key in ("h100-sxm", "h200-sxm"):
         nv = L.nvlink_h200(coll)
         fits["nvlink_h200"] = nv.fit
-    elif key in ("b200", "gb200", "b300"):
+    elif key in ("b200", "gb200", "b300", "gb300"):
         b200 = L.nvlink_b200(coll, L.nvlink_h200(coll))
         fits["nvlink_b200"] = b200.fit
-        nv = {"b200": b200, "gb200": L.nvlink_gb200(coll, b200) if key == "gb200" else None,
-              "b300": L.transferred_link(b200, "B300 (HGX B300: the same NVLink5 switch "
-                                         "generation, 900 GB/s per GPU; no B300 sweep)")}[key]
+        if key == "b200":
+            nv = b200
+        elif key == "b300":
+            nv = L.transferred_link(b200, "B300 (HGX B300: the same NVLink5 switch "
+                                    "generation, 900 GB/s per GPU; no B300 sweep)")
+        else:
+            nv = L.nvlink_gb200(coll, b200)
+            if key == "gb300":
+                nv = L.transferred_link(nv, "GB300 (the same NVL72 NVLink5 domain; no GB300 "
+                                        "row)")
     elif key == "v100-sxm-32gb":
         nv = L.nvlink_v100(coll, a100)
     else:
@@ -124,7 +132,7 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     links = L.scale_out_links(coll, sharp)
     links["pcie"] = L.pcie(coll, a100)
     links["host"] = L.host_from(links["pcie"])
-    if key == "mi300x":
+    if key in ("mi300x", "mi325x"):
         links["xgmi"] = L.xgmi_from(a100)
     else:
         links["nvlink"] = nv.coefs
@@ -151,6 +159,13 @@ NOTES = {
                       "(the 2-GPU NVLink bridge is not modelled).",
     "b300": "B300 (Blackwell Ultra): B200 shape fits, levels and ceiling carried by its own "
             "MAMF rows (bf16, fp8); NVLink, attention and network transferred from B200.",
+    "h100-pcie": "H100 PCIe: the H100 SXM model scaled by one tool's MAMF ratio of the two "
+                 "cards (kernels_extra.csv lines 11-12), PCIe Gen5 between the GPUs of a node "
+                 "(the 2-GPU NVLink bridge is not modelled).",
+    "gb300": "GB300: the B300 die's rows (no GB300 GEMM row; the pessimistic side at 1400 W), "
+             "NVL72 links from GB200, Grace host as GB200's.",
+    "mi325x": "MI325X = MI300X compute (same CDNA3 die; no MI325X row): MI300X's GEMM, links "
+              "and attention assumptions, its own memory bandwidth.",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "
                      "power-limit ceiling is applied.",
 }

@@ -300,16 +300,20 @@ def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
     if key.startswith("a100"):
         curves = {**_both_directions("flash", c["A100:flash:fb"].curve),
                   **_both_directions("flash1", c["A100:flash1:fb"].curve)}
-    elif key in ("h100-sxm", "h200-sxm"):
+    elif key in ("h100-sxm", "h200-sxm", "h100-pcie"):
         curves = {k.split(":", 1)[1]: v.curve for k, v in c.items()
                   if k.startswith("H100:") and not k.endswith(":fb")}
         curves.update(_both_directions("flash1", c["H100:flash1:fb"].curve))
         if key == "h200-sxm":
             curves = _relabel(curves, "H200 = H100 compute (same GH100 die)")
-    elif key in ("b200", "gb200", "b300"):
+        elif key == "h100-pcie":
+            curves = _relabel(curves, "assumed: H100 PCIe reaches the H100 SXM fraction of "
+                              "its own peak (same GH100 SM; no H100 PCIe attention row), held "
+                              "to its lower power-limited GEMM ceiling")
+    elif key in ("b200", "gb200", "b300", "gb300"):
         curves = _blackwell_curves(refs)
         if key != "b200":
-            label = {"gb200": "GB200", "b300": "B300"}[key]
+            label = {"gb200": "GB200", "b300": "B300", "gb300": "GB300"}[key]
             curves = _relabel(curves, f"transferred from B200 (same Blackwell SM; no {label} "
                               f"attention row), as a fraction of {label}'s own peak")
     else:

@@ -125,7 +125,8 @@ def xla_check(rows: Sequence[Row], dtype: str, predict, min_mn: int = 1024,
 
 
 CARRY_WHY = {"gb200": "same Blackwell GPU, higher power limit",
-             "b300": "Blackwell Ultra: the same SM generation with 160 SMs and a 1100 W limit"}
+             "b300": "Blackwell Ultra: the same SM generation with 160 SMs and a 1100 W limit",
+             "gb300": "Blackwell Ultra (the B300 die) in NVL72 at 1400 W"}
 
 
 def _carry(c: Coefficient, key: str) -> Coefficient:
@@ -147,10 +148,12 @@ def _level(fits: Mapping[str, FamilyFit], dtype: str, key: str, refs) -> Coeffic
         return c
     own, b = mamf(refs.kern, BLACKWELL_MAMF[key], dtype), mamf(refs.kern, "B200 SXM", dtype)
     tf = c.value * DATASHEET["b200"].peak[dtype] * float(own.data["value"]) / float(b.data["value"])
+    die = " (no gb300 row: its B300 die's, the pessimistic side at 1400 W)" \
+        if key == "gb300" else ""
     return Coefficient(tf / DATASHEET[key].peak[dtype], "fraction", (
         f"the B200 {dtype} level fitted to the sweeps x the MAMF ratio {own.data['gpu']} "
-        f"{own.data['value']} TF / B200 {b.data['value']} TF ({cite([own, b])}); no {key} "
-        f"shape sweep; {c.source}"), None, None)
+        f"{own.data['value']} TF / B200 {b.data['value']} TF ({cite([own, b])}){die}; no "
+        f"{key} shape sweep; {c.source}"), None, None)
 
 
 def blackwell_gemm(key: str, refs) -> GemmModel:

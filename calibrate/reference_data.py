@@ -40,12 +40,22 @@ DATASHEET: Mapping[str, Datasheet] = {
                           "gpus.csv line 13; links.csv line 8"),
     "b200": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
                        "fp8": 4500.0}, 7700.0, 148, 900.0, "gpus.csv line 16; links.csv line 10"),
+    "h100-pcie": Datasheet({"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5,
+                            "fp8": 1513.0}, 2000.0, 114, 0.0,
+                           "gpus.csv line 11 (350 W; NVLink only as a 2-GPU bridge, the node's "
+                           "scale-up is PCIe Gen5); links.csv line 22"),
     "b300": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
                        "fp8": 4500.0}, 7700.0, 160, 900.0, "gpus.csv line 18; links.csv line 18"),
     "gb200": Datasheet({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0,
                         "fp8": 5000.0}, 8000.0, 148, 900.0,
                        "gpus.csv line 17 (SM count empty there; 148 = B200 die, line 16); "
                        "links.csv line 19"),
+    "gb300": Datasheet({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0,
+                        "fp8": 5000.0}, 8000.0, 160, 900.0,
+                       "gpus.csv line 19 (SM count empty there; 160 = B300 die, line 18); "
+                       "links.csv line 19"),
+    "mi325x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
+                         "fp8": 2614.9}, 6000.0, 304, 448.0, "gpus.csv line 22; links.csv line 43"),
     "mi300x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
                          "fp8": 2614.9}, 5300.0, 304, 448.0, "gpus.csv line 21; links.csv line 43"),
 }

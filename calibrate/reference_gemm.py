@@ -376,7 +376,11 @@ def transferred(c: Coefficient, to: str, why: str = "no row for it") -> Coeffici
                        c.stderr, None)
 
 
-BLACKWELL_MAMF = {"b200": "B200 SXM", "gb200": "GB200 SXM", "b300": "B300 SXM"}
+# the MAMF row each Blackwell GPU's level and ceiling are scaled by (GB300 has none: its
+# B300 die's, the pessimistic side at its 1400 W limit)
+BLACKWELL_MAMF = {"b200": "B200 SXM", "gb200": "GB200 SXM", "b300": "B300 SXM",
+                  "gb300": "B300 SXM"}
+HIGHER_LIMIT = {"gb200": "GB200's 1200 W", "gb300": "GB300's 1400 W"}
 
 
 def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
@@ -393,23 +397,57 @@ def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
         f"assumed: the B200 bf16 MSMF/MAMF ratio {ratio:.3f} ({cite([b_mamf])}; "
         f"{measured.source}) applied to the {own.data['gpu']} {own.data['dtype']} MAMF row "
         f"({cite([own])}, {own.data['value']} TF) = {tf:.0f} TF of {DATASHEET[key].peak[dtype]} "
-        "(no MSMF row for it)" + ("; GB200's 1200 W limit leaves more clock headroom, so "
-                                  "this is the pessimistic side" if key == "gb200" else "")))
+        "(no MSMF row for it)" + (f"; {HIGHER_LIMIT[key]} limit leaves more clock headroom, "
+                                  "so this is the pessimistic side" if key in HIGHER_LIMIT
+                                  else "")))
 
 
-def mi300x_gemm(refs: GemmRefs) -> GemmModel:
-    key = "mi300x"
+def mi300x_gemm(refs: GemmRefs, key: str = "mi300x") -> GemmModel:
+    """MI300X from its MAMF row; MI325X (the same CDNA3 die, 304 CUs, at 1000 W where
+    MI300X has 750 W) takes the same row, the pessimistic side."""
     h_eff, h_kh, h_launch = _family_coefs(refs.hopper, "h100-sxm", "")
     kh = transferred_k_half(key, "h100-sxm", h_kh, "Hopper cuBLAS fit (assumed for hipBLASLt)")
     launch = transferred(h_launch, key)
+    what = "MAMF v2 bf16 best shape, TunableOp on"
+    if key != "mi300x":
+        what += ("; MI325X = MI300X compute (same CDNA3 die, 304 CUs; no MI325X row): its "
+                 "1000 W limit may hold a higher clock, so this is the pessimistic side")
     bf = solve_level([mamf(refs.kern, "AMD MI300X", "bf16", refs.extra)], key, "bf16",
-                     kh.value, launch.value, "MAMF v2 bf16 best shape, TunableOp on")
+                     kh.value, launch.value, what)
     effs = {"bf16": bf, "fp16": _same(bf, "fp16 = bf16 (same matrix-core rate)"),
             "fp8": _same(bf, "assumed: fp8 eff = bf16 eff (no fp8 microbenchmark row)")}
     cap = transferred_cap(refs, key, "AMD MI300X", refs.extra)
     return GemmModel(eff_max=effs, k_half=kh, launch_us=launch, tile_m=128, tile_n=128,
                      tiles=CUBLAS_TILES, persistent=False,
                      sustained_eff={"bf16": cap, "fp16": _same(cap, "fp16 = bf16")})
+
+
+def h100_pcie_gemm(refs: GemmRefs) -> GemmModel:
+    """H100 PCIe (GH100 with 114 SMs at 350 W): the H100 SXM model with its levels and
+    ceilings scaled by one tool's MAMF ratio of the two cards (mag-/gpu_benchmark, both rows
+    in one table), k_half carried by datasheet ratios."""
+    key, sxm = "h100-pcie", hopper_gemm("h100-sxm", refs)
+    rows = [mamf(refs.kern, g, "bf16", refs.extra) for g in ("H100 PCIe", "H100 SXM 80GB")]
+    r = float(rows[0].data["value"]) / float(rows[1].data["value"])
+    why = (f"the same-tool MAMF ratio H100 PCIe / H100 SXM {rows[0].data['value']} / "
+           f"{rows[1].data['value']} TF = {r:.3f} ({cite(rows)})")
+
+    def scaled(c: Coefficient, dtype: str, what: str) -> Coefficient:
+        tf = c.value * DATASHEET["h100-sxm"].peak[dtype] * r
+        return Coefficient(tf / DATASHEET[key].peak[dtype], "fraction", (
+            f"{what}: the H100 SXM {dtype} value {c.value:.4g} of {DATASHEET['h100-sxm'].peak[dtype]}"
+            f" TF x {why} = {tf:.0f} TF of {DATASHEET[key].peak[dtype]} TF "
+            f"[{DATASHEET[key].cite}]; {c.source}"))
+    fp8_note = "assumed: fp8 scales as bf16 (no fp8 row for H100 PCIe)"
+    effs = {d: scaled(sxm.eff_max[d], d, "level" if d != "fp8" else f"level, {fp8_note}")
+            for d in ("bf16", "fp16", "fp8")}
+    caps = {d: scaled(sxm.sustained_eff[d], d, "assumed (transferred) power-limited ceiling"
+                      + ("" if d != "fp8" else f", {fp8_note}")) for d in ("bf16", "fp8")}
+    kh = transferred_k_half(key, "h100-sxm", sxm.k_half, "Hopper fit")
+    return GemmModel(eff_max=effs, k_half=kh, launch_us=transferred(sxm.launch_us, key),
+                     tile_m=128, tile_n=128, tiles=CUBLAS_TILES, persistent=True,
+                     sustained_eff=caps, k_half_dtype={"fp8": _fp8_k_half(kh, key)},
+                     grouped_eff=hopper_grouped(refs, key))
 
 
 def hopper_grouped(refs: GemmRefs, key: str) -> dict[str, Coefficient]:

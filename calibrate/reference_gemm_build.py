@@ -18,6 +18,7 @@ from .reference_gemm import (
     a100_gemm,
     fit_a100_16bit,
     fit_hopper_bf16,
+    h100_pcie_gemm,
     hopper_gemm,
     hopper_grouped,
     hopper_launch,
@@ -47,8 +48,10 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
         g = hopper_gemm(key, refs)
     elif key in BLACKWELL_MAMF:
         g = blackwell_gemm(key, refs)
-    elif key == "mi300x":
-        g = mi300x_gemm(refs)
+    elif key == "h100-pcie":
+        g = h100_pcie_gemm(refs)
+    elif key in ("mi300x", "mi325x"):
+        g = mi300x_gemm(refs, key)
     else:                                          # V100: no GEMM row at all
         why = "V100"
         return GemmModel(eff_max={"fp16": transferred(a100.eff_max["bf16"], why),

@@ -22,7 +22,7 @@ from simulator.hardware.profile import Coefficient, HostModel
 
 from .csvrows import Row, cite, load_rows, select
 
-GRACE_HOSTS = ("gb200",)
+GRACE_HOSTS = ("gb200", "gb300")
 
 
 def _linear_row(key: str, rows: Sequence[Row]) -> Row:
@@ -54,7 +54,8 @@ def host_for(key: str) -> HostModel:
     p = _probe(mech)
     base = float(lin.data["value"])
     host = "Grace (GB200)" if key in GRACE_HOSTS else "x86 (Xeon 8480C, DGX H100)"
-    x86 = "" if key in GRACE_HOSTS or key == "h100-sxm" else \
+    x86 = "" if key in ("gb200", "h100-sxm") else \
+        "; GB300's Grace host assumed as fast as GB200's" if key in GRACE_HOSTS else \
         "; every x86 server host assumed as fast as the Xeon 8480C"
     fwd_src = (f"{base} us CPU time per torch.nn.Linear forward in eager PyTorch on a {host} "
                f"host ({cite([lin])}, TransformerEngine #2053), taken as the host time of an "

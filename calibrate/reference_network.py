@@ -81,6 +81,7 @@ NVLS_ROWS = {   # (system prefix or locator text, row filter on GPU count, datas
     "b200": ("8x B200 (NVLink5 + NVSwitch), AWS p6-b200", "NVLS", "b200"),
     "b300": ("8x B200 (NVLink5 + NVSwitch), AWS p6-b200", "NVLS", "b200"),   # same switch
     "gb200": ("GB200 NVL72, NVLink5 SHARP", "NVLS", "gb200"),
+    "gb300": ("GB200 NVL72, NVLink5 SHARP", "NVLS", "gb200"),   # same NVL72 domain
 }
 
 

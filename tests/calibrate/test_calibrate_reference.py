@@ -145,9 +145,25 @@ def test_sibling_gpus_carry_their_own_mamf_rows():
         pytest.approx(3353.3 / 3432.5, rel=1e-3)
     for c in (b300.gemm.k_half, b300.links["nvlink"].alpha_us, b300.gemm.sustained_eff["bf16"]):
         assert "transferred" in c.source or "assumed" in c.source
+    # H100 PCIe: the SXM card's rates x one tool's PCIe/SXM MAMF ratio (499.5 / 821.2 TF,
+    # kernels_extra.csv lines 11-12), in TF/s, whatever the two datasheet peaks
+    h100, hp = load("h100-sxm"), load("h100-pcie")
+    for d, peak_sxm, peak_pcie in (("bf16", 989.5, 756.5), ("fp8", 1979.0, 1513.0)):
+        for what in ("eff_max", "sustained_eff"):
+            sxm_tf = getattr(h100.gemm, what)[d].value * peak_sxm
+            pcie_tf = getattr(hp.gemm, what)[d].value * peak_pcie
+            assert pcie_tf / sxm_tf == pytest.approx(499.5 / 821.2, rel=1e-3), (d, what)
+    # same-die siblings without rows of their own: the sibling's rates in TF/s, said so
+    gb300, mi300x, mi325x = load("gb300"), load("mi300x"), load("mi325x")
+    assert gb300.gemm.eff_max["bf16"].value * 2500.0 == \
+        pytest.approx(b300.gemm.eff_max["bf16"].value * 2250.0, rel=1e-3)
+    assert "pessimistic" in gb300.gemm.eff_max["bf16"].source
+    assert "pessimistic" in mi325x.gemm.eff_max["bf16"].source
+    assert mi325x.gemm.sustained_eff["bf16"].value == \
+        pytest.approx(mi300x.gemm.sustained_eff["bf16"].value, rel=1e-3)
 
 
-@pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "b300"])
+@pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-pcie", "b300", "gb300", "mi325x"])
 def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
     from simulator.cli.main import main
     args = ["simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--dp", "8",
