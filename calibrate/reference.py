@@ -39,7 +39,7 @@ from .reference_host import host_for
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
-            "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x")
+            "h100-pcie", "h800", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -108,9 +108,13 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     """All link kinds a cluster of this GPU can use, plus the fits behind them."""
     a100 = L.nvlink_a100(coll)
     fits = {"nvlink_a100": a100.fit}
-    if key in ("h100-sxm", "h200-sxm"):
+    if key in ("h100-sxm", "h200-sxm", "h800"):
         nv = L.nvlink_h200(coll)
         fits["nvlink_h200"] = nv.fit
+        if key == "h800":
+            nv = L.transferred_link(nv, "H800 (the same NVLink 4 ports and NVSwitch gen3 as "
+                                    "H100/H200, fewer of them: efficiencies carried, the "
+                                    "bandwidth is the H800 link's 200 GB/s)")
     elif key in ("b200", "gb200", "b300", "gb300"):
         b200 = L.nvlink_b200(coll, L.nvlink_h200(coll))
         fits["nvlink_b200"] = b200.fit
@@ -128,7 +132,7 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
         nv = L.nvlink_v100(coll, a100)
     else:
         nv = a100
-    sharp = L.ib_sharp_speedup(coll) if key in ("h100-sxm", "h200-sxm") else None
+    sharp = L.ib_sharp_speedup(coll) if key in ("h100-sxm", "h200-sxm", "h800") else None
     links = L.scale_out_links(coll, sharp)
     links["pcie"] = L.pcie(coll, a100)
     links["host"] = L.host_from(links["pcie"])
@@ -162,6 +166,9 @@ NOTES = {
     "h100-pcie": "H100 PCIe: the H100 SXM model scaled by one tool's MAMF ratio of the two "
                  "cards (kernels_extra.csv lines 11-12), PCIe Gen5 between the GPUs of a node "
                  "(the 2-GPU NVLink bridge is not modelled).",
+    "h800": "H800 = H100 compute (same GH100 die): the H100 model, NVLink efficiencies from the "
+            "H200 sweep on the H800's 200 GB/s per direction (0.804 x 200 = 161 GB/s, against "
+            "DeepSeek-V3's measured 160 GB/s usable).",
     "gb300": "GB300: the B300 die's rows (no GB300 GEMM row; the pessimistic side at 1400 W), "
              "NVL72 links from GB200, Grace host as GB200's.",
     "mi325x": "MI325X = MI300X compute (same CDNA3 die; no MI325X row): MI300X's GEMM, links "

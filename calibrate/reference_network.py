@@ -78,6 +78,7 @@ PCIE_EFF = Coefficient(
 NVLS_ROWS = {   # (system prefix or locator text, row filter on GPU count, datasheet key)
     "h100-sxm": ("8x H200 SXM single node", "NVLS", "h200-sxm"),
     "h200-sxm": ("8x H200 SXM single node", "NVLS", "h200-sxm"),
+    "h800": ("8x H200 SXM single node", "NVLS", "h200-sxm"),   # assumed: same NVSwitch gen3
     "b200": ("8x B200 (NVLink5 + NVSwitch), AWS p6-b200", "NVLS", "b200"),
     "b300": ("8x B200 (NVLink5 + NVSwitch), AWS p6-b200", "NVLS", "b200"),   # same switch
     "gb200": ("GB200 NVL72, NVLink5 SHARP", "NVLS", "gb200"),
@@ -96,9 +97,11 @@ def nvls_eff(key: str, coll: Sequence[Row]) -> Coefficient | None:
     m, bus = int(row.data["gpus"]), float(row.data["busbw_GBps"])
     bw = DATASHEET[ds].nvlink_gbytes_per_s
     e = bus / (2 * (m - 1) / (m + 1) * bw)
+    carried = "" if ds == key or key == "h100-sxm" else \
+        f"transferred to {key} (the same NVSwitch generation; no {key} NVLS row): "
     return Coefficient(round(e, 4), "fraction",
-                       f"NVLS all-reduce plateau {bus} GB/s busbw on {m} GPUs ({cite([row])}) = "
-                       f"2(m-1)/(m+1) x e x {bw:g} GB/s")
+                       f"{carried}NVLS all-reduce plateau {bus} GB/s busbw on {m} GPUs "
+                       f"({cite([row])}) = 2(m-1)/(m+1) x e x {bw:g} GB/s")
 
 
 # ---- NVLSTree latency -------------------------------------------------------------------

@@ -171,3 +171,21 @@ def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
     assert main(args) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["step_time_s"] > 0 and d["profile"].startswith(gpu)
+
+
+def test_h800_is_h100_compute_on_its_own_nvlink():
+    """H800 = H100 SXM compute (same GH100 die); only its NVLink is cut, to 200 GB/s per
+    direction (links.json 'nvlink4-h800'). The NVLink efficiency carried from the H200 sweep
+    on that bandwidth gives what DeepSeek-V3 measured usable on H800 (160 GB/s, links.csv
+    line 72) within 2 %: an independent check of the transfer."""
+    import hardware_db as hdb
+    h100, h800 = (Profile.read_json(PROFILE_DIR / f"{k}.json") for k in ("h100-sxm", "h800"))
+    for d in ("bf16", "fp8"):
+        assert h800.gemm.eff_max[d].value == h100.gemm.eff_max[d].value
+        assert h800.gemm.sustained_eff[d].value == h100.gemm.sustained_eff[d].value
+    link = hdb.load_link("nvlink4-h800")
+    usable = h800.links["nvlink"].bw_eff.value * link.bandwidth_gbytes_per_s
+    assert usable == pytest.approx(160.0, rel=0.02)
+    assert "transferred" in h800.links["nvlink"].bw_eff.source
+    cl = hdb.build_cluster("h800", 16)
+    assert cl.node.gpus_per_node == 8 and cl.gpu.key == "h800"
