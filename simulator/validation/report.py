@@ -62,7 +62,7 @@ def _regime_table(outcomes: list[RowOutcome]) -> list[str]:
              f"< {SMALL_PARAMS / 1e9:g}B parameters or hidden/tp <= {SMALL_WIDTH_PER_RANK}; "
              f"MoE = experts > 0; long context = seq >= {LONG_CONTEXT_TOKENS} or cp > 1; FSDP = "
              "an FSDP framework or ZeRO-3; DeepSpeed = a DeepSpeed framework; Blackwell = "
-             "B200/GB200.", "",
+             "B200/GB200/B300/GB300.", "",
              "| regime | rows | MAPE % | mean signed % | min % | max % |",
              "|---|---:|---:|---:|---:|---:|"]
     for g, errs in groups.items():
