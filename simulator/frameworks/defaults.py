@@ -33,6 +33,8 @@ class FrameworkDefaults:
     dp_overlap_zero3: bool | None = None   # DP overlap under ZeRO-3 when it differs (DeepSpeed)
     dp_bucket_bytes: int = 0               # gradient bucket size (0: Megatron-Core's default)
     dp_bucket_first_chunk_only: bool = False   # buckets only on stage 0's first model chunk
+    gpt_tied_embeddings: bool = False      # a GPT (GELU) model given by its dimensions ties
+                                           # its input and output embeddings
 
     def dp_overlap_for(self, zero_stage: int) -> bool:
         """Whether gradient reduction overlaps backward at this ZeRO stage."""

@@ -216,6 +216,12 @@ def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
         return RowOutcome(row, None, "", f"error: internal {type(exc).__name__}: {exc}", None)
 
 
+def _gpt_by_dimensions(row: Mapping[str, str], model: TransformerSpec) -> bool:
+    """A row that names no preset and describes a GELU decoder: a GPT as the framework's
+    GPT model builds it (``FrameworkDefaults.gpt_tied_embeddings``)."""
+    return not (row.get("model") or "").strip() and model.mlp == MLP.GELU and model.moe is None
+
+
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
     fw_name = (row.get("framework") or "").strip().lower()
     fw = framework_defaults(fw_name)
@@ -225,6 +231,9 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
         row["n_heads"] = row["n_kv_heads"] = str(heads)
         chosen_extra.append(f"n_heads={heads} (head_dim 128)")
     model = row_model(row)
+    if _gpt_by_dimensions(row, model) and fw.gpt_tied_embeddings and not model.tied_embeddings:
+        model = replace(model, tied_embeddings=True)
+        chosen_extra.append("tied embeddings (the framework's GPT default)")
     cluster = make_cluster(row)
     prof = get_profile(cluster.gpu.key)
     base = base_plan(row, fw_name)
