@@ -39,7 +39,8 @@ from .reference_host import host_for
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
-            "h100-pcie", "h800", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x")
+            "h100-pcie", "h800", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x",
+            "l40s")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -169,6 +170,9 @@ NOTES = {
     "h800": "H800 = H100 compute (same GH100 die): the H100 model, NVLink efficiencies from the "
             "H200 sweep on the H800's 200 GB/s per direction (0.804 x 200 = 161 GB/s, against "
             "DeepSeek-V3's measured 160 GB/s usable).",
+    "l40s": "L40S (Ada): the A100 family's shape terms with its own MAMF row for the level "
+            "(kernels_extra.csv line 13); HBM-measured memory efficiency on its GDDR6, A100 "
+            "FlashAttention-2 fractions, PCIe Gen4 between the GPUs (all assumed).",
     "gb300": "GB300: the B300 die's rows (no GB300 GEMM row; the pessimistic side at 1400 W), "
              "NVL72 links from GB200, Grace host as GB200's.",
     "mi325x": "MI325X = MI300X compute (same CDNA3 die; no MI325X row): MI300X's GEMM, links "

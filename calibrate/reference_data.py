@@ -32,6 +32,9 @@ DATASHEET: Mapping[str, Datasheet] = {
                                 1935.0, 108, 0.0,
                                 "gpus.csv line 5 (300 W; NVLink only as a 2-GPU bridge, the node's "
                                 "scale-up is PCIe Gen4); links.csv line 21"),
+    "l40s": Datasheet({"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05,
+                       "fp8": 733.0}, 864.0, 142, 0.0,
+                      "gpus.csv line 8 (350 W, GDDR6, PCIe only); links.csv line 21"),
     "h100-sxm": Datasheet({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
                            "fp8": 1979.0}, 3350.0, 132, 450.0,
                           "gpus.csv line 10; links.csv line 8"),

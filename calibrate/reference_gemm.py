@@ -424,6 +424,25 @@ def mi300x_gemm(refs: GemmRefs, key: str = "mi300x") -> GemmModel:
                      sustained_eff={"bf16": cap, "fp16": _same(cap, "fp16 = bf16")})
 
 
+def ada_gemm(refs: GemmRefs, launch: Coefficient, key: str = "l40s") -> GemmModel:
+    """L40S (Ada, sm89; no shape sweep of it): the A100 family's shape terms (assumed: the
+    same non-persistent cuBLAS tiles on an SM without TMA/wgmma), its level solved from its
+    own MAMF row, a ceiling from that row x the same-tool MSMF/MAMF ratio; fp8 assumed at
+    the bf16 fraction of its peak."""
+    kh = _family_coefs(refs.a100, key, "assumed: A100 (Ampere) cuBLAS shape terms for Ada")[1]
+    bf = solve_level([mamf(refs.kern, "L40S", "bf16", refs.extra)], key, "bf16", kh.value,
+                     launch.value, "MAMF bf16 best shape (mag-/gpu_benchmark)")
+    cap = transferred_cap(refs, key, "L40S", refs.extra)
+    fp8 = "assumed: fp8 at the bf16 fraction of its peak (no fp8 row for it)"
+    return GemmModel(eff_max={"bf16": bf, "fp16": _same(bf, "fp16 = bf16 (same tensor-core rate)"),
+                              "fp8": _same(bf, fp8)},
+                     k_half=kh, launch_us=launch, tile_m=128, tile_n=128, tiles=CUBLAS_TILES,
+                     persistent=False,
+                     sustained_eff={"bf16": cap, "fp16": _same(cap, "fp16 = bf16"),
+                                    "fp8": _same(cap, fp8)},
+                     grouped_eff=hopper_grouped(refs, key))
+
+
 def h100_pcie_gemm(refs: GemmRefs) -> GemmModel:
     """H100 PCIe (GH100 with 114 SMs at 350 W): the H100 SXM model with its levels and
     ceilings scaled by one tool's MAMF ratio of the two cards (mag-/gpu_benchmark, both rows

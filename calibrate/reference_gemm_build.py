@@ -17,6 +17,7 @@ from .reference_gemm import (
     GemmRefs,
     a100_gemm,
     fit_a100_16bit,
+    ada_gemm,
     fit_hopper_bf16,
     h100_pcie_gemm,
     hopper_gemm,
@@ -48,6 +49,8 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
         g = hopper_gemm(key, refs)
     elif key in BLACKWELL_MAMF:
         g = blackwell_gemm(key, refs)
+    elif key == "l40s":
+        g = ada_gemm(refs, a100.launch_us, key)
     elif key == "h100-pcie":
         g = h100_pcie_gemm(refs)
     elif key in ("mi300x", "mi325x"):

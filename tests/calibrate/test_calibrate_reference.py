@@ -163,7 +163,8 @@ def test_sibling_gpus_carry_their_own_mamf_rows():
         pytest.approx(mi300x.gemm.sustained_eff["bf16"].value, rel=1e-3)
 
 
-@pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-pcie", "b300", "gb300", "mi325x"])
+@pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-pcie", "h800", "b300", "gb300", "mi325x",
+                                 "l40s"])
 def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
     from simulator.cli.main import main
     args = ["simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--dp", "8",
@@ -189,3 +190,25 @@ def test_h800_is_h100_compute_on_its_own_nvlink():
     assert "transferred" in h800.links["nvlink"].bw_eff.source
     cl = hdb.build_cluster("h800", 16)
     assert cl.node.gpus_per_node == 8 and cl.gpu.key == "h800"
+
+
+def test_l40s_level_is_solved_from_its_own_mamf_row():
+    """L40S (Ada) has one measurement, its best-shape rate (252.0 TF bf16 at 4416x3776x3072,
+    kernels_extra.csv line 13): the model reproduces it at that shape; everything else says
+    it is assumed."""
+    from simulator.cost.kernels import gemm_time_s
+    import hardware_db as hdb
+    prof, gpu = Profile.read_json(PROFILE_DIR / "l40s.json"), hdb.load_gpu("l40s")
+    assert "kernels_extra.csv line 13" in prof.gemm.eff_max["bf16"].source
+    for c in (prof.gemm.k_half, prof.memory.bw_eff, prof.attention.fwd_eff["bf16"]):
+        assert "assumed" in c.source or "transferred" in c.source
+    m, n, k = 4416, 3776, 3072
+    burst = dataclasses_replace_cap(prof)
+    tf = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", gpu, burst) / 1e12
+    assert tf == pytest.approx(252.0, rel=0.02)
+
+
+def dataclasses_replace_cap(prof):
+    """The profile without its power-limit ceiling: MAMF rows are short bursts."""
+    from dataclasses import replace
+    return replace(prof, gemm=replace(prof.gemm, sustained_eff={}))
