@@ -212,3 +212,23 @@ def dataclasses_replace_cap(prof):
     """The profile without its power-limit ceiling: MAMF rows are short bursts."""
     from dataclasses import replace
     return replace(prof, gemm=replace(prof.gemm, sustained_eff={}))
+
+
+@pytest.mark.parametrize("key", GPU_KEYS)
+def test_builder_datasheets_match_the_hardware_database(key):
+    """The reference builder's datasheet table (calibrate/reference_data.py, which carries the
+    CSV line each coefficient cites) holds the same numbers as hardware_db's gpus.json and
+    links.json, so a profile is never fitted against one peak and run against another."""
+    import hardware_db as hdb
+    from calibrate.reference_data import DATASHEET
+    ds, gpu = DATASHEET[key], hdb.load_gpu(key)
+    for dtype, tf in ds.peak.items():
+        assert gpu.peak_tflops[dtype] == pytest.approx(tf), dtype
+    assert gpu.mem_bw_gbytes_per_s == pytest.approx(ds.mem_bw_gbytes_per_s)
+    if gpu.sm_count:                       # gpus.csv leaves some SM counts empty
+        assert gpu.sm_count == ds.sm_count
+    node = hdb.build_cluster(key, hdb.default_node_for_gpu(key).gpus_per_node).node
+    if ds.nvlink_gbytes_per_s:             # 0: no NVLink domain in the node (PCIe cards)
+        assert node.scale_up.bandwidth_gbytes_per_s == pytest.approx(ds.nvlink_gbytes_per_s)
+    else:
+        assert node.scale_up.kind.value == "pcie"
