@@ -429,16 +429,19 @@ def tied_grad_costs(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
 def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
                       prof: Profile, groups: dict[str, GroupPlacement]) -> float:
     """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
-    per chunk the overlap is the shorter of its reduction and the part of its last backward
-    pass (``last_backward_s``: seconds of that pass, by chunk) after the first of its ``n``
-    buckets is released, ``(n - 1) / n`` of it (``_chunk_buckets`` releases bucket ``j`` at
-    ``(j + 1) / n``): none for a one-bucket buffer, whose reduction starts as the pass ends."""
+    per chunk the overlap is the shorter of its reduction and the backward compute that runs
+    after the first of its ``n`` buckets is released: ``(n - 1) / n`` of its own last
+    backward pass (``last_backward_s``: seconds of that pass, by chunk; ``_chunk_buckets``
+    releases bucket ``j`` at ``(j + 1) / n``) plus the last backward passes of the chunks that
+    finish after it (lower chunk indices, in the interleaved schedule). A one-bucket buffer
+    of a stage's only chunk overlaps nothing: its reduction starts as the backward ends."""
     if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
         return 0.0
     total = 0.0
     for ch in chunks:
         times = bucket_times_s(ch, plan, groups, prof)
-        after_first = last_backward_s[ch.chunk] * (len(times) - 1) / len(times)
+        later = sum(s for c, s in last_backward_s.items() if c < ch.chunk)
+        after_first = last_backward_s[ch.chunk] * (len(times) - 1) / len(times) + later
         total += interference_s(min(sum(times), after_first), prof)
     return total
 

@@ -65,18 +65,23 @@ def test_one_bucket_is_one_reduction_of_the_whole_buffer():
 
 def test_interference_covers_the_backward_after_the_first_bucket_only():
     """Bucket j of n is released at (j + 1) / n of the last backward, so reductions run
-    beside the last (n - 1) / n of it: a one-bucket buffer slows none of the pass."""
+    beside the last (n - 1) / n of it and beside the last backward passes of the chunks that
+    finish later (lower chunk index): a one-bucket buffer of a stage's only chunk slows
+    nothing, one of an interleaved stage's later chunk slows its earlier chunks' passes."""
     plan = _plan("megatron-core")
     groups = place_groups(CL, plan)
     slow = PROF.overlap_slowdown.value - 1.0
-    last_b = 0.05                                     # seconds of each chunk's last backward
+    last_b = {0: 0.05, 1: 0.04}                       # seconds of each chunk's last backward
     for c in _chunks(plan):
         times = bucket_times_s(c, plan, groups, PROF)
         n = len(times)
-        got = dp_interference_s({c.chunk: last_b}, [c], plan, PROF, groups)
-        assert got == pytest.approx(slow * min(sum(times), last_b * (n - 1) / n))
-        if n == 1:
-            assert got == 0.0
+        later = last_b[0] if c.chunk == 1 else 0.0
+        got = dp_interference_s(last_b, [c], plan, PROF, groups)
+        assert got == pytest.approx(slow * min(sum(times), last_b[c.chunk] * (n - 1) / n + later))
+        if (c.stage, c.chunk) == (1, 0):
+            assert n == 1 and got == 0.0               # nothing runs after its backward
+        if c.chunk == 1:
+            assert n == 1 and got > 0.0                # chunk 0's last backward runs beside it
 
 
 @pytest.mark.parametrize("engine", ["event", "analytic"])
