@@ -36,7 +36,6 @@ from .csvrows import Row, cite, select
 from .fit import GemmPoint, fit_gemm, harness_param
 from .reference_data import DATASHEET
 from .reference_gemm import (
-    BLACKWELL_MAMF,
     CUBLAS_TILES,
     FamilyFit,
     _bw,
@@ -44,6 +43,7 @@ from .reference_gemm import (
     _shape,
     _tf_point,
     blackwell_cap,
+    blackwell_mamf,
     mamf,
 )
 
@@ -146,10 +146,10 @@ def _level(fits: Mapping[str, FamilyFit], dtype: str, key: str, refs) -> Coeffic
     c = fits[dtype].fit.coefficient("eff_max", "fraction", fits[dtype].src("b200"))
     if key == "b200":
         return c
-    own, b = mamf(refs.kern, BLACKWELL_MAMF[key], dtype), mamf(refs.kern, "B200 SXM", dtype)
+    own, b = blackwell_mamf(refs.kern, key, dtype), mamf(refs.kern, "B200 SXM", dtype)
     tf = c.value * DATASHEET["b200"].peak[dtype] * float(own.data["value"]) / float(b.data["value"])
-    die = " (no gb300 row: its B300 die's, the pessimistic side at 1400 W)" \
-        if key == "gb300" else ""
+    die = (" (no gb300 row: the larger of its B300 die's and GB200's, the pessimistic side "
+           "at 1400 W with 160 SMs)") if key == "gb300" else ""
     return Coefficient(tf / DATASHEET[key].peak[dtype], "fraction", (
         f"the B200 {dtype} level fitted to the sweeps x the MAMF ratio {own.data['gpu']} "
         f"{own.data['value']} TF / B200 {b.data['value']} TF ({cite([own, b])}){die}; no "

@@ -52,7 +52,7 @@ DATASHEET: Mapping[str, Datasheet] = {
                       "gpus.json 'h800' (the H100 SXM5 row, gpus.csv line 10: same GH100 die); "
                       "NVLink 200 GB/s/dir (links.json 'nvlink4-h800')"),
     "b300": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
-                       "fp8": 4500.0}, 7700.0, 160, 900.0, "gpus.csv line 18; links.csv line 18"),
+                       "fp8": 4500.0}, 7700.0, 160, 900.0, "gpus.csv line 18; links.csv line 10"),
     "gb200": Datasheet({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0,
                         "fp8": 5000.0}, 8000.0, 148, 900.0,
                        "gpus.csv line 17 (SM count empty there; 148 = B200 die, line 16); "

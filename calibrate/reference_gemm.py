@@ -378,11 +378,18 @@ def transferred(c: Coefficient, to: str, why: str = "no row for it") -> Coeffici
                        c.stderr, None)
 
 
-# the MAMF row each Blackwell GPU's level and ceiling are scaled by (GB300 has none: its
-# B300 die's, the pessimistic side at its 1400 W limit)
-BLACKWELL_MAMF = {"b200": "B200 SXM", "gb200": "GB200 SXM", "b300": "B300 SXM",
-                  "gb300": "B300 SXM"}
+# the MAMF rows each Blackwell GPU's level and ceiling are scaled by; GB300 has none of its
+# own: the larger of its B300 die's row and GB200's (the same NVL72 packaging and datasheet
+# peaks at a lower power limit, fewer SMs), per dtype (blackwell_mamf)
+BLACKWELL_MAMF = {"b200": ("B200 SXM",), "gb200": ("GB200 SXM",), "b300": ("B300 SXM",),
+                  "gb300": ("B300 SXM", "GB200 SXM")}
 HIGHER_LIMIT = {"gb200": "GB200's 1200 W", "gb300": "GB300's 1400 W"}
+
+
+def blackwell_mamf(kern: Sequence[Row], key: str, dtype: str) -> Row:
+    """The MAMF row a Blackwell GPU's level and ceiling follow (BLACKWELL_MAMF)."""
+    return max((mamf(kern, g, dtype) for g in BLACKWELL_MAMF[key]),
+               key=lambda r: float(r.data["value"]))
 
 
 def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
@@ -393,7 +400,7 @@ def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
         return measured
     b_mamf = mamf(refs.kern, "B200 SXM", "bf16")
     ratio = measured.value * DATASHEET["b200"].peak["bf16"] / float(b_mamf.data["value"])
-    own = mamf(refs.kern, BLACKWELL_MAMF[key], dtype)
+    own = blackwell_mamf(refs.kern, key, dtype)
     tf = float(own.data["value"]) * ratio
     return Coefficient(tf / DATASHEET[key].peak[dtype], "fraction", (
         f"assumed: the B200 bf16 MSMF/MAMF ratio {ratio:.3f} ({cite([b_mamf])}; "
@@ -444,30 +451,29 @@ def ada_gemm(refs: GemmRefs, launch: Coefficient, key: str = "l40s") -> GemmMode
 
 
 def h100_pcie_gemm(refs: GemmRefs) -> GemmModel:
-    """H100 PCIe (GH100 with 114 SMs at 350 W): the H100 SXM model with its levels and
-    ceilings scaled by one tool's MAMF ratio of the two cards (mag-/gpu_benchmark, both rows
-    in one table), k_half carried by datasheet ratios."""
+    """H100 PCIe (GH100 with 114 SMs at 350 W), as A100 PCIe is built from A100 SXM: the
+    H100 SXM shape terms and burst levels as fractions of its own peak (same die), and the
+    power limit in the ceiling: the SXM ceilings scaled by one tool's MAMF ratio of the two
+    cards (mag-/gpu_benchmark, both rows in one table)."""
     key, sxm = "h100-pcie", hopper_gemm("h100-sxm", refs)
     rows = [mamf(refs.kern, g, "bf16", refs.extra) for g in ("H100 PCIe", "H100 SXM 80GB")]
     r = float(rows[0].data["value"]) / float(rows[1].data["value"])
+    tag = ("H100 PCIe = H100 SXM shape terms and burst level (same GH100 die; its 350 W "
+           "limit shows in its own MAMF row, which sets its ceiling)")
     why = (f"the same-tool MAMF ratio H100 PCIe / H100 SXM {rows[0].data['value']} / "
            f"{rows[1].data['value']} TF = {r:.3f} ({cite(rows)})")
 
-    def scaled(c: Coefficient, dtype: str, what: str) -> Coefficient:
+    def cap(c: Coefficient, dtype: str) -> Coefficient:
         tf = c.value * DATASHEET["h100-sxm"].peak[dtype] * r
         return Coefficient(tf / DATASHEET[key].peak[dtype], "fraction", (
-            f"{what}: the H100 SXM {dtype} value {c.value:.4g} of {DATASHEET['h100-sxm'].peak[dtype]}"
-            f" TF x {why} = {tf:.0f} TF of {DATASHEET[key].peak[dtype]} TF "
-            f"[{DATASHEET[key].cite}]; {c.source}"))
-    fp8_note = "assumed: fp8 scales as bf16 (no fp8 row for H100 PCIe)"
-    effs = {d: scaled(sxm.eff_max[d], d, "level" if d != "fp8" else f"level, {fp8_note}")
-            for d in ("bf16", "fp16", "fp8")}
-    caps = {d: scaled(sxm.sustained_eff[d], d, "assumed (transferred) power-limited ceiling"
-                      + ("" if d != "fp8" else f", {fp8_note}")) for d in ("bf16", "fp8")}
-    kh = transferred_k_half(key, "h100-sxm", sxm.k_half, "Hopper fit")
-    return GemmModel(eff_max=effs, k_half=kh, launch_us=transferred(sxm.launch_us, key),
+            f"assumed (transferred) power-limited ceiling: the H100 SXM {dtype} ceiling "
+            f"{c.value:.4g} of {DATASHEET['h100-sxm'].peak[dtype]} TF x {why} = {tf:.0f} TF of "
+            f"{DATASHEET[key].peak[dtype]} TF [{DATASHEET[key].cite}]; {c.source}"))
+    return GemmModel(eff_max={d: _same(c, tag) for d, c in sxm.eff_max.items()},
+                     k_half=_same(sxm.k_half, tag), launch_us=transferred(sxm.launch_us, key),
                      tile_m=128, tile_n=128, tiles=CUBLAS_TILES, persistent=True,
-                     sustained_eff=caps, k_half_dtype={"fp8": _fp8_k_half(kh, key)},
+                     sustained_eff={d: cap(sxm.sustained_eff[d], d) for d in ("bf16", "fp8")},
+                     k_half_dtype={d: _same(c, tag) for d, c in sxm.k_half_dtype.items()},
                      grouped_eff=hopper_grouped(refs, key))
 
 

@@ -145,18 +145,32 @@ def test_sibling_gpus_carry_their_own_mamf_rows():
         pytest.approx(3353.3 / 3432.5, rel=1e-3)
     for c in (b300.gemm.k_half, b300.links["nvlink"].alpha_us, b300.gemm.sustained_eff["bf16"]):
         assert "transferred" in c.source or "assumed" in c.source
-    # H100 PCIe: the SXM card's rates x one tool's PCIe/SXM MAMF ratio (499.5 / 821.2 TF,
-    # kernels_extra.csv lines 11-12), in TF/s, whatever the two datasheet peaks
+    # H100 PCIe, built as A100 PCIe is: the SXM card's shape terms and burst level as
+    # fractions of its own peak, which at its own best shape (6912x16384x2048) reproduce its
+    # MAMF row (499.5 TF, kernels_extra.csv line 11) within 3 %; the power limit in the
+    # ceiling, the SXM ceiling x one tool's PCIe/SXM MAMF ratio (499.5 / 821.2, lines 11-12)
+    from dataclasses import replace
+    import hardware_db as hdb
+    from simulator.cost.kernels import gemm_time_s
     h100, hp = load("h100-sxm"), load("h100-pcie")
+    assert hp.gemm.k_half.value == h100.gemm.k_half.value
+    burst = replace(hp, gemm=replace(hp.gemm, sustained_eff={}))
+    m, n, k = 6912, 16384, 2048
+    tf = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu("h100-pcie"), burst) / 1e12
+    assert tf == pytest.approx(499.5, rel=0.03)
     for d, peak_sxm, peak_pcie in (("bf16", 989.5, 756.5), ("fp8", 1979.0, 1513.0)):
-        for what in ("eff_max", "sustained_eff"):
-            sxm_tf = getattr(h100.gemm, what)[d].value * peak_sxm
-            pcie_tf = getattr(hp.gemm, what)[d].value * peak_pcie
-            assert pcie_tf / sxm_tf == pytest.approx(499.5 / 821.2, rel=1e-3), (d, what)
+        sxm_tf = h100.gemm.sustained_eff[d].value * peak_sxm
+        pcie_tf = hp.gemm.sustained_eff[d].value * peak_pcie
+        assert pcie_tf / sxm_tf == pytest.approx(499.5 / 821.2, rel=1e-3), d
+        assert pcie_tf < 499.5 * (2 if d == "fp8" else 1)      # sustained below its burst
     # same-die siblings without rows of their own: the sibling's rates in TF/s, said so
+    # GB300 (no row): the larger of its B300 die's and GB200's rows, in TF/s, per dtype
     gb300, mi300x, mi325x = load("gb300"), load("mi300x"), load("mi325x")
-    assert gb300.gemm.eff_max["bf16"].value * 2500.0 == \
-        pytest.approx(b300.gemm.eff_max["bf16"].value * 2250.0, rel=1e-3)
+    gb200 = load("gb200")
+    for d, peak_b300, peak_gb in (("bf16", 2250.0, 2500.0), ("fp8", 4500.0, 5000.0)):
+        want = max(b300.gemm.eff_max[d].value * peak_b300, gb200.gemm.eff_max[d].value * peak_gb)
+        assert gb300.gemm.eff_max[d].value * peak_gb == pytest.approx(want, rel=1e-3), d
+        assert gb300.gemm.sustained_eff[d].value >= gb200.gemm.sustained_eff[d].value
     assert "pessimistic" in gb300.gemm.eff_max["bf16"].source
     assert "pessimistic" in mi325x.gemm.eff_max["bf16"].source
     assert mi325x.gemm.sustained_eff["bf16"].value == \
