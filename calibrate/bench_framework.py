@@ -161,6 +161,38 @@ def deepspeed_loop_us(tensors: int = 64, repeats: int = 200) -> float:
     return samples[len(samples) // 10] / tensors * 1e6
 
 
+def mcore_optimizer_loop_us(tensors: int = 64, repeats: int = 200) -> float:
+    """Per local parameter tensor: the host work of Megatron-Core's DistributedOptimizer
+    step after its grad-norm read (``get_grad_norm_fp32``'s ``.item()``, a host sync), on the
+    GPU path (multi-tensor kernels, one launch each, are not per tensor): clip's
+    ``param.grad.detach()`` (clip_grads.py clip_grad_by_total_norm_fp32) and
+    ``copy_group_params``' range-map lookups, ``param_data.view(-1)[start:end]`` and
+    ``.data.copy_(shard_main_param)`` (distrib_optimizer.py @ d98e8a64 L2862-2886), on tiny
+    fp32 tensors."""
+    import torch
+    params = [torch.zeros(32, 32, requires_grad=True) for _ in range(tensors)]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    buffer = torch.zeros(tensors * 32 * 32)
+    shards = [torch.ones(32 * 32) for _ in range(tensors)]
+    ranges = {p: {"gbuf_world_in_bucket": (i * 1024, (i + 1) * 1024)} for i, p in enumerate(params)}
+    gbuf = {p: (0, None, 0) for p in params}
+
+    @torch.no_grad()
+    def loop():
+        t0 = time.perf_counter()
+        grads = [p.grad.detach() for p in params if p.grad is not None]
+        for shard, p in zip(shards, params):
+            start, end = ranges[p]["gbuf_world_in_bucket"]
+            assert end - start == shard.nelement()
+            _, _, bucket = gbuf[p]
+            buffer.view(-1)[start:end].data.copy_(shard)
+        dt = time.perf_counter() - t0
+        return dt if grads else 0.0
+    samples = sorted(loop() for _ in range(repeats))
+    return samples[len(samples) // 10] / tensors * 1e6
+
+
 def _init_fake_pg() -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -494,7 +526,7 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
               "megatron_legacy_layer,megatron_legacy_model_split); their stand-ins shadow the "
               "other frameworks in this process", file=sys.stderr)
     if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
-                            "deepspeed_bf16_grad_loop"}:
+                            "deepspeed_bf16_grad_loop", "mcore_optimizer"}:
         return rows
     f, b, tensors, units = _extra_us(_ddp)
     per = (f + b) / tensors
@@ -512,6 +544,11 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     rows += _mechanism_rows(base, op, "deepspeed_bf16_grad_loop",
                             "update_hp_grads loop body on 32x32 bf16 -> fp32 tensors",
                             [("per parameter tensor, per micro-batch", d)])
+    o = mcore_optimizer_loop_us()
+    rows += _mechanism_rows(base, op, "mcore_optimizer",
+                            "DistributedOptimizer step after the grad-norm sync: clip's detach "
+                            "and copy_group_params on 32x32 fp32 tensors",
+                            [("per local parameter tensor, per step", o)])
     return rows
 
 
