@@ -97,9 +97,43 @@ def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int 
     return kernels * prof.memory.launch_us.value * 1e-6 + bytes_moved / bw
 
 
+# Rows (queries forward, keys backward) per CTA of the fused attention kernels for 16-bit
+# inputs: FlashAttention-3 (hopper/tile_size.h tile_size_fwd_sm90: kBlockM 192 for head dim
+# <= 64, else 128; flash_bwd_launch_template.h run_mha_bwd_hdim64/128: kBlockN 128, the grid
+# is ceil(seqlen_k / kBlockN) x heads x batch, L176-179; Dao-AILab/flash-attention @
+# 0251105a) and FlashAttention-2 (kBlockM 128 forward, kBlockN 128 backward for head dim
+# 128). cuDNN's fused kernels publish no tile sizes: taken as FlashAttention-3's (assumed).
+ATTN_FWD_ROWS, ATTN_FWD_ROWS_SMALL_HEAD, ATTN_BWD_ROWS = 128, 192, 128
+
+
+def attention_grid_fill(batch: int, seq_q: float, seq_k: float, head_dim: int,
+                        backward: bool, causal: bool, kernel: str, sm_count: int) -> float:
+    """Share of the SMs a fused attention kernel keeps busy when its grid cannot fill the
+    GPU once: ``batch`` (micro-batch x local query heads) x row blocks of the queries
+    (forward) or keys (backward) CTAs, one per SM. Without a causal mask every CTA has the
+    same work, so ``min(1, CTAs / SMs)``; with one (``seq_q == seq_k``) block ``i`` of ``T``
+    does ``i + 1`` blocks of work (or ``T - i`` backward), and the kernel lasts as long as
+    its longest CTA: ``min(1, total work / (SMs x T)) = min(1, batch (T + 1) / (2 SMs))``.
+    Grids of several waves (every benchmark the efficiency curves were fitted to: 16k tokens
+    per call, 16-32 heads, over 2000 CTAs) give 1; their last wave's quantization (a few %)
+    stays in the fitted curves. Context-parallel ring steps with few heads per GPU and short
+    chunks are what falls below one wave."""
+    if sm_count <= 0 or batch <= 0 or kernel == "materialized":
+        return 1.0
+    rows = ATTN_BWD_ROWS if backward else (
+        ATTN_FWD_ROWS_SMALL_HEAD if kernel == "flash3" and 0 < head_dim <= 64 else ATTN_FWD_ROWS)
+    s = seq_k if backward else seq_q
+    if s <= 0:
+        return 1.0
+    blocks = math.ceil(s / rows)
+    ctas = batch * ((blocks + 1) / 2.0 if causal else blocks)
+    return min(1.0, ctas / sm_count)
+
+
 def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
                      prof: Profile, kernel: str = "flash", seq_k: float = 0.0,
-                     head_dim: int = 0, causal: bool = False) -> float:
+                     head_dim: int = 0, causal: bool = False, seq_q: float = 0.0,
+                     batch: int = 0) -> float:
     """Fused attention kernel time from its FLOPs (causal counted as half the square, the
     FlashAttention papers' convention) and the profile's achieved fraction of the 16-bit
     peak, which follows the key length ``seq_k``, ``head_dim`` and masking of the call where
@@ -110,13 +144,17 @@ def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
     (``GemmModel.sustained_eff``, a measured MSMF), as a GEMM's is: a ceiling, so kernels
     below it lose nothing. Assumed: an attention kernel spends at least a GEMM's energy per
     tensor-core FLOP (its matmuls run on the same tensor cores, plus the softmax on top). It
-    binds only where a curve exceeds the GEMM's sustained rate (Blackwell's cuDNN kernels)."""
+    binds only where a curve exceeds the GEMM's sustained rate (Blackwell's cuDNN kernels).
+    ``seq_q`` and ``batch`` (micro-batch x local heads), where given, scale the rate by
+    ``attention_grid_fill``."""
     if flops <= 0:
         return 0.0
     d16 = "bf16" if dtype == "fp8" else dtype                      # attention stays in 16-bit
     eff = prof.attn_eff(dtype, backward, kernel, seq_k, head_dim, causal)
     peak = gpu.peak(d16) * 1e12
     rate = min(peak * eff, peak * prof.gemm.sustained_for(d16))
+    rate *= attention_grid_fill(batch, seq_q, seq_k, head_dim, backward, causal, kernel,
+                                gpu.sm_count)
     return prof.memory.launch_us.value * 1e-6 + flops / rate
 
 
