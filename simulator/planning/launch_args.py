@@ -158,10 +158,12 @@ def pipeline_layout(n_layers: int, chunks: int) -> str:
 def _precision_args(p: Plan) -> list[str]:
     """``--bf16`` alone reduces gradients in fp32 (Megatron-LM forces
     accumulate_allreduce_grads_in_fp32); a plan with 16-bit gradients asks for
-    ``--grad-reduce-in-bf16`` (Megatron-LM since 2025-02)."""
+    ``--grad-reduce-in-bf16`` (Megatron-LM since 2025-02), one with FP8 primary weights for
+    ``--fp8-param-gather`` (since 2024-09)."""
     bf16_grads = ["--grad-reduce-in-bf16"] if p.grad_bytes == 2 else []
     if p.precision == Dtype.FP8:
-        return ["--bf16", "--fp8-format hybrid"] + bf16_grads
+        fp8_params = ["--fp8-param-gather"] if p.memory.fp8_primary_weights else []
+        return ["--bf16", "--fp8-format hybrid"] + fp8_params + bf16_grads
     if p.precision == Dtype.FP16:
         return ["--fp16"]
     if p.precision == Dtype.BF16:

@@ -29,7 +29,7 @@ def sim_json(args, capsys) -> dict:
 
 
 @pytest.mark.parametrize("extra, target_gb", [(["--framework", "nemo"], 69),
-                                              (["--framework", "megatron-core",
+                                              (["--framework", "nemo",
                                                 "--grad-dtype", "fp32"], 85)])
 def test_llama3_8b_fp8_on_8_h100_within_10_percent(extra, target_gb, capsys):
     d = sim_json(L8B + extra, capsys)

@@ -335,3 +335,16 @@ def test_megatron_gradient_dtype_flag_follows_the_plan(grad_dtype, precision, fl
     assert p.grad_bytes == (2 if grad_dtype or precision == "fp16" else 4)
     a = _args(launch_args(m, p, 8, 8))
     assert ("--grad-reduce-in-bf16" in a) == flag
+
+
+@pytest.mark.parametrize("framework, flag", [("megatron-core", False), ("nemo", True)])
+def test_fp8_primary_weights_ask_for_fp8_param_gather(framework, flag):
+    """Megatron-LM keeps 16-bit parameters (and TE's cached FP8 copies) unless
+    --fp8-param-gather (store_true, since 2024-09); a plan priced with FP8 primary weights
+    (NeMo's FP8 recipes) must ask for it."""
+    from simulator.parallel.framework_plan import with_framework
+    p = with_framework(Plan(tp=2, dp=4, micro_batch=1, global_batch=64, zero_stage=1,
+                            precision="fp8"), framework)
+    assert p.memory.fp8_primary_weights == flag
+    a = _args(launch_args(resolve_model("llama3-8b"), p, 8, 8))
+    assert ("--fp8-param-gather" in a) == flag
