@@ -5,7 +5,6 @@ each tier's links busy (``CollectiveCost.tier_busy_s``: bytes over the link's ef
 rate, so a tier can be busy while its collectives are hidden behind compute)."""
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from ..hardware.profile import Profile
@@ -20,6 +19,7 @@ from .stage_work import ChunkWork
 from .step import (
     chunk_params,
     dp_reduce_costs,
+    grad_buffer_buckets,
     param_gather_costs,
     pipeline_send_costs,
 )
@@ -43,7 +43,7 @@ def link_busy_s(chunks: list[ChunkWork], model: TransformerSpec, plan: Plan,
                 busy[tier] = busy.get(tier, 0.0) + m * s
         if plan.zero_stage < 3:
             dense, expert = chunk_params([ch])
-            n = max(1, math.ceil(ch.params / plan.bucket_params())) if plan.dp_overlap else 1
+            n = grad_buffer_buckets(ch, plan)
             _add(busy, dp_reduce_costs(dense / n, expert / n, plan, groups, prof), n)
     _add(busy, param_gather_costs(*chunk_params(chunks), plan, groups, prof))
     _add(busy, pipeline_send_costs(model, plan, cluster, prof, groups),
