@@ -45,7 +45,7 @@ def link_busy_s(chunks: list[ChunkWork], model: TransformerSpec, plan: Plan,
             dense, expert = chunk_params([ch])
             n = grad_buffer_buckets(ch, plan)
             _add(busy, dp_reduce_costs(dense / n, expert / n, plan, groups, prof), n)
-    _add(busy, param_gather_costs(*chunk_params(chunks), plan, groups, prof))
+    _add(busy, param_gather_costs(chunks, plan, groups, prof))
     _add(busy, pipeline_send_costs(model, plan, cluster, prof, groups),
          _sends_per_step(chunks[0].stage, plan))
     return {k: v for k, v in sorted(busy.items()) if v > 0}

@@ -36,7 +36,6 @@ from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
     bucket_times_s,
     build_tasks,
-    chunk_params,
     optimizer_time_s,
     param_gather_time_s,
     tied_grad_costs,
@@ -153,7 +152,7 @@ def _analytic_step(stages, plan, cluster, prof, groups):
     last_bwd = sum(c.bwd.total_s for c in stages[crit])
     dp_exposed = max(0.0, dp - last_bwd) if plan.dp_overlap else dp
     if plan.zero_stage in (1, 2) and not plan.dp_overlap:
-        dp_exposed += param_gather_time_s(*chunk_params(stages[crit]), plan, groups, prof)
+        dp_exposed += param_gather_time_s(stages[crit], plan, groups, prof)
     dp_exposed += sum(c.time_s for c in tied_grad_costs(stages[crit], plan, cluster, prof, groups))
     opt = optimizer_time_s(stages[crit], plan, cluster, prof)
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,

@@ -16,7 +16,7 @@ from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
 from ..hardware.profile import Profile
-from ..hardware.specs import ClusterSpec
+from ..hardware.specs import ClusterSpec, Dtype
 from ..memory.accounting import grad_reduce_bytes
 from ..network.collectives import Collective
 from ..network.price import CollectiveCost
@@ -121,19 +121,34 @@ def dp_reduce_time_s(dense_params: float, expert_params: float, plan: Plan,
     return sum(c.time_s for c in dp_reduce_costs(dense_params, expert_params, plan, groups, prof))
 
 
-def param_gather_costs(dense_params: float, expert_params: float, plan: Plan,
-                       groups: dict[str, GroupPlacement], prof: Profile) -> list[CollectiveCost]:
-    """ZeRO-1/2: all-gather of the updated 16-bit (or fp32) parameters."""
+def param_gather_bytes(chunks: list[ChunkWork], plan: Plan) -> tuple[float, float]:
+    """(dense, expert) bytes one rank's ZeRO-1/2 parameter all-gather moves: the updated
+    16-bit (or fp32) parameters, except linear weights kept as FP8 primary weights under
+    fp8 (``MemoryConventions.fp8_primary_weights``: Megatron's --fp8-param-gather "performs
+    the param all-gather in fp8", arguments.py L2016-2018 @ d98e8a64), 1 B each; the expert
+    parameters are all linear weights."""
+    dense, expert = chunk_params(chunks)
+    wb = 4 if plan.precision.value == "fp32" else 2
+    if not (plan.precision == Dtype.FP8 and plan.memory.fp8_primary_weights):
+        return dense * wb, expert * wb
+    linear = sum(c.memory.linear_params for c in chunks)
+    fp8_dense = min(dense, max(0.0, linear - expert))
+    return (dense - fp8_dense) * wb + fp8_dense, expert * 1.0
+
+
+def param_gather_costs(chunks: list[ChunkWork], plan: Plan, groups: dict[str, GroupPlacement],
+                       prof: Profile) -> list[CollectiveCost]:
+    """ZeRO-1/2: all-gather of the updated parameters (``param_gather_bytes``)."""
     if plan.zero_stage not in (1, 2):
         return []
-    wb = 4 if plan.precision.value == "fp32" else 2
-    return [group_collective(Collective.ALL_GATHER, dense_params * wb, groups["dp"], prof),
-            group_collective(Collective.ALL_GATHER, expert_params * wb, groups["edp"], prof)]
+    dense_b, expert_b = param_gather_bytes(chunks, plan)
+    return [group_collective(Collective.ALL_GATHER, dense_b, groups["dp"], prof),
+            group_collective(Collective.ALL_GATHER, expert_b, groups["edp"], prof)]
 
 
-def param_gather_time_s(dense_params: float, expert_params: float, plan: Plan,
-                        groups: dict[str, GroupPlacement], prof: Profile) -> float:
-    return sum(c.time_s for c in param_gather_costs(dense_params, expert_params, plan, groups, prof))
+def param_gather_time_s(chunks: list[ChunkWork], plan: Plan, groups: dict[str, GroupPlacement],
+                        prof: Profile) -> float:
+    return sum(c.time_s for c in param_gather_costs(chunks, plan, groups, prof))
 
 
 def chunk_params(chunks) -> tuple[float, float]:
@@ -404,7 +419,7 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
     t_opt = optimizer_time_s(chunks, plan, cluster, prof)
     stage.optimizer = eng.add("optimizer", stage.compute, t_opt, deps, stage=s, kind="optimizer")
     stage.tail = stage.optimizer
-    t_ag = param_gather_time_s(*chunk_params(chunks), plan, groups, prof)
+    t_ag = param_gather_time_s(chunks, plan, groups, prof)
     if t_ag > 0 and not plan.dp_overlap:
         stage.tail = eng.add("param all-gather", link, t_ag, [(stage.optimizer, 1.0)],
                              stage=s, kind="dp_comm")

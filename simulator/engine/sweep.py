@@ -142,7 +142,7 @@ def tail_costs(stages: list[list[ChunkWork]], plan: Plan, cluster: ClusterSpec, 
                 dp_interference_s({ch.chunk: ch.bwd.total_s for ch in chunks}, chunks, plan,
                                   prof, groups),
                 optimizer_time_s(chunks, plan, cluster, prof),
-                param_gather_time_s(dense, expert, plan, groups, prof),
+                param_gather_time_s(chunks, plan, groups, prof),
                 sum(c.time_s for c in tied), link_of(tied) if tied else "")
         out.append(alike[key])
     return out
