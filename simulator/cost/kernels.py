@@ -97,35 +97,48 @@ def memory_time_s(bytes_moved: float, gpu: GPUSpec, prof: Profile, kernels: int 
     return kernels * prof.memory.launch_us.value * 1e-6 + bytes_moved / bw
 
 
-# Rows (queries forward, keys backward) per CTA of the fused attention kernels for 16-bit
-# inputs: FlashAttention-3 (hopper/tile_size.h tile_size_fwd_sm90: kBlockM 192 for head dim
-# <= 64, else 128; flash_bwd_launch_template.h run_mha_bwd_hdim64/128: kBlockN 128, the grid
-# is ceil(seqlen_k / kBlockN) x heads x batch, L176-179; Dao-AILab/flash-attention @
-# 0251105a) and FlashAttention-2 (kBlockM 128 forward, kBlockN 128 backward for head dim
-# 128). cuDNN's fused kernels publish no tile sizes: taken as FlashAttention-3's (assumed).
-ATTN_FWD_ROWS, ATTN_FWD_ROWS_SMALL_HEAD, ATTN_BWD_ROWS = 128, 192, 128
+# Rows per CTA of the fused attention kernels (16-bit inputs), the dimension their grid is
+# cut along: FlashAttention-3 forward, queries: kBlockM 192 for head dim <= 96, else 128
+# (hopper/tile_size.h tile_size_fwd_sm90); backward, keys: kBlockN 128 for head dim <= 128,
+# 96 at 192, 80 at 256 (flash_bwd_launch_template.h run_mha_bwd_hdim64/128/192/256; grid
+# ceil(seqlen_k / kBlockN) x query heads x batch, L176-179; Dao-AILab/flash-attention @
+# 0251105a). FlashAttention-2's forward splits the keys across CTAs when its grid is short
+# (csrc/flash_attn/flash_api.cpp set_params_splitkv, num_splits heuristic without dropout),
+# so only its backward is held to its grid. cuDNN's fused kernels publish no tile sizes:
+# taken as FlashAttention-3's (assumed).
+
+
+def attention_rows(backward: bool, head_dim: int) -> int:
+    if backward:
+        return 128 if head_dim <= 128 else (96 if head_dim <= 192 else 80)
+    return 192 if 0 < head_dim <= 96 else 128
 
 
 def attention_grid_fill(batch: int, seq_q: float, seq_k: float, head_dim: int,
-                        backward: bool, causal: bool, kernel: str, sm_count: int) -> float:
+                        backward: bool, causal: bool, kernel: str, sm_count: int,
+                        grid_rows: int = 0) -> float:
     """Share of the SMs a fused attention kernel keeps busy when its grid cannot fill the
     GPU once: ``batch`` (micro-batch x local query heads) x row blocks of the queries
-    (forward) or keys (backward) CTAs, one per SM. Without a causal mask every CTA has the
-    same work, so ``min(1, CTAs / SMs)``; with one (``seq_q == seq_k``) block ``i`` of ``T``
-    does ``i + 1`` blocks of work (or ``T - i`` backward), and the kernel lasts as long as
-    its longest CTA: ``min(1, total work / (SMs x T)) = min(1, batch (T + 1) / (2 SMs))``.
-    Grids of several waves (every benchmark the efficiency curves were fitted to: 16k tokens
-    per call, 16-32 heads, over 2000 CTAs) give 1; their last wave's quantization (a few %)
+    (forward) or keys (backward) CTAs, one per SM (``attention_rows``; ``grid_rows`` where
+    the call stands for two shapes, the slower one's rows in both directions). Blocks are
+    counted fractionally (a partial block's CTA is as slow as a full one, but so is its work
+    counted: more tokens never take less time). Without a causal mask every CTA has the same
+    work, so ``min(1, CTAs / SMs)``; with one (``seq_q == seq_k``) block ``i`` of ``T`` does
+    ``i + 1`` blocks of work (or ``T - i`` backward), and the kernel lasts as long as its
+    longest CTA: ``min(1, total work / (SMs x T)) = min(1, batch (T + 1) / (2 SMs))``. Every
+    point the efficiency curves were fitted to runs at least 512 CTAs (at least one full
+    wave on every GPU), so they are untouched; the last wave's quantization of larger grids
     stays in the fitted curves. Context-parallel ring steps with few heads per GPU and short
-    chunks are what falls below one wave."""
+    chunks are what falls below one wave. FlashAttention-2's forward (``flash``) is left
+    alone: it splits the keys instead."""
     if sm_count <= 0 or batch <= 0 or kernel == "materialized":
         return 1.0
-    rows = ATTN_BWD_ROWS if backward else (
-        ATTN_FWD_ROWS_SMALL_HEAD if kernel == "flash3" and 0 < head_dim <= 64 else ATTN_FWD_ROWS)
-    s = seq_k if backward else seq_q
+    if kernel == "flash" and not backward:
+        return 1.0
+    s = grid_rows or (seq_k if backward else seq_q)
     if s <= 0:
         return 1.0
-    blocks = math.ceil(s / rows)
+    blocks = s / attention_rows(backward, head_dim)
     ctas = batch * ((blocks + 1) / 2.0 if causal else blocks)
     return min(1.0, ctas / sm_count)
 
@@ -133,7 +146,7 @@ def attention_grid_fill(batch: int, seq_q: float, seq_k: float, head_dim: int,
 def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
                      prof: Profile, kernel: str = "flash", seq_k: float = 0.0,
                      head_dim: int = 0, causal: bool = False, seq_q: float = 0.0,
-                     batch: int = 0) -> float:
+                     batch: int = 0, grid_rows: int = 0) -> float:
     """Fused attention kernel time from its FLOPs (causal counted as half the square, the
     FlashAttention papers' convention) and the profile's achieved fraction of the 16-bit
     peak, which follows the key length ``seq_k``, ``head_dim`` and masking of the call where
@@ -154,7 +167,7 @@ def attention_time_s(flops: float, dtype: str, backward: bool, gpu: GPUSpec,
     peak = gpu.peak(d16) * 1e12
     rate = min(peak * eff, peak * prof.gemm.sustained_for(d16))
     rate *= attention_grid_fill(batch, seq_q, seq_k, head_dim, backward, causal, kernel,
-                                gpu.sm_count)
+                                gpu.sm_count, grid_rows)
     return prof.memory.launch_us.value * 1e-6 + flops / rate
 
 

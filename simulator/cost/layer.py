@@ -152,7 +152,8 @@ def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
     if op.kind == OpKind.ATTENTION:
         return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
                                 op.kernel or "flash", seq_k=op.n, head_dim=op.k,
-                                causal=op.causal, seq_q=op.m, batch=op.batch)
+                                causal=op.causal, seq_q=op.m, batch=op.batch,
+                                grid_rows=op.grid_rows)
     if op.kind == OpKind.MEMORY:
         return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels, kind=op.mem_kind)
     return 0.0

@@ -401,7 +401,9 @@ def _dp_and_optimizer(eng: Engine, stage: StageTasks, chunks: list[ChunkWork], p
     prev = -1
     last_b = _last_backwards(stage)
     if plan.zero_stage < 3 and (groups["dp"].size > 1 or groups["edp"].size > 1):
-        for ch in sorted(chunks, key=lambda c: -last_b[c.chunk]):
+        # each chunk's reduction is launched as its last backward ends (Megatron-Core's
+        # grad_sync_func after a chunk's last micro-batch): the earliest-finishing first
+        for ch in sorted(chunks, key=lambda c: last_b[c.chunk]):
             prev = _chunk_buckets(eng, stage, ch, plan, prof, groups, link, prev,
                                   last_b[ch.chunk])
     t_int = dp_interference_s({c: eng.tasks[tid].work_s for c, tid in last_b.items()}, chunks,
@@ -443,22 +445,25 @@ def tied_grad_costs(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
 
 def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
                       prof: Profile, groups: dict[str, GroupPlacement]) -> float:
-    """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``):
-    per chunk the overlap is the shorter of its reduction and the backward compute that runs
-    after the first of its ``n`` buckets is released: ``(n - 1) / n`` of its own last
-    backward pass (``last_backward_s``: seconds of that pass, by chunk; ``_chunk_buckets``
-    releases bucket ``j`` at ``(j + 1) / n``) plus the last backward passes of the chunks that
-    finish after it (lower chunk indices, in the interleaved schedule). A one-bucket buffer
-    of a stage's only chunk overlaps nothing: its reduction starts as the backward ends."""
+    """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``): the
+    overlap is the shorter of the stage's whole reduction and the backward compute that runs
+    after the first bucket of any chunk is released. Chunk ``c``'s first bucket is released
+    at ``1 / n`` of its last backward pass (``last_backward_s``: seconds of that pass, by
+    chunk; ``_chunk_buckets`` releases bucket ``j`` at ``(j + 1) / n``), and the last
+    backward passes of the chunks that finish after it (lower chunk indices, in the
+    interleaved schedule) follow, so the window is ``(n - 1) / n`` of its own pass plus
+    theirs; the windows of a stage's chunks nest, so their union is the largest. A one-bucket
+    buffer of a stage's only chunk overlaps nothing: its reduction starts as the backward
+    ends."""
     if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
         return 0.0
-    total = 0.0
+    reduction = window = 0.0
     for ch in chunks:
         times = bucket_times_s(ch, plan, groups, prof)
         later = sum(s for c, s in last_backward_s.items() if c < ch.chunk)
-        after_first = last_backward_s[ch.chunk] * (len(times) - 1) / len(times) + later
-        total += interference_s(min(sum(times), after_first), prof)
-    return total
+        reduction += sum(times)
+        window = max(window, last_backward_s[ch.chunk] * (len(times) - 1) / len(times) + later)
+    return interference_s(min(reduction, window), prof)
 
 
 def bucket_times_s(ch: ChunkWork, plan: Plan, groups: dict[str, GroupPlacement],

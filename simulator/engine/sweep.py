@@ -330,7 +330,7 @@ def _tail(st: _Stage, tc: TailCosts, x: _Plan, plan: Plan, rec: _Recorder | None
     (``step._dp_and_optimizer``); sets ``st.end_s``."""
     prev = -1.0
     if plan.zero_stage < 3 and x.reduces:
-        for c in sorted(tc.buckets_s, key=lambda c: -st.last_bwd[c][0]):
+        for c in sorted(tc.buckets_s, key=lambda c: st.last_bwd[c][0]):   # earliest first
             prev = _buckets(st, tc.buckets_s[c], st.last_bwd[c], x, plan, tc.link, prev)
     if tc.interference_s > 0:
         if rec is not None:

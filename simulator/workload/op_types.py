@@ -50,6 +50,10 @@ class Op:
     kernel: str = ""                         # attention kernel family ("flash", "flash1", "flash3")
     mem_kind: str = ""                       # bandwidth-bound family: norm, softmax, elementwise, copy
     causal: bool = False                     # attention: causal mask (m, n, k = s_q, s_k, head_dim)
+    # attention standing for two shapes of the same FLOPs (a causal ring step: 2c queries
+    # x c keys on some ranks, c x 2c on the others): rows the slower one's grid is cut
+    # along in both directions (cost.kernels.attention_grid_fill); 0: m forward, n backward
+    grid_rows: int = 0
     grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
     has_weights: bool = True                 # GEMM: one operand is a weight (False: attention's QK, AV)
     routing: FlexRouting | None = None       # COMM: a flex (DeepEP) dispatch / combine

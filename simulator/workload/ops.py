@@ -245,8 +245,8 @@ def ring_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_bytes
             call = _attn_call("core_attn_cp0", sh, b, w, s_loc, s_loc, True, step_model, io,
                               out_saved)
         elif sh.causal:
-            call = _attn_call(f"core_attn_cp{i}", sh, b, w, s_loc, s_loc // 2, False,
-                              step_model, io, 0.0)
+            call = replace(_attn_call(f"core_attn_cp{i}", sh, b, w, s_loc, s_loc // 2, False,
+                                      step_model, io, 0.0), grid_rows=s_loc // 2)
         else:
             call = _attn_call(f"core_attn_cp{i}", sh, b, w, s_loc, s_loc, False,
                               step_model, io, out_saved if i == 0 else 0.0)

@@ -93,3 +93,38 @@ def test_overlapping_the_first_chunk_is_never_slower_than_no_overlap(engine):
     first_only = simulate(MODEL, plan, CL, PROF, engine=engine).step_time_s
     none = simulate(MODEL, unbucketed, CL, PROF, engine=engine).step_time_s
     assert first_only <= none * (1 + 1e-9)
+
+
+def test_a_stage_counts_the_compute_beside_its_reductions_once():
+    """The windows of a stage's chunks nest (chunk 1's holds chunk 0's), so the overlapped
+    compute is the shorter of the stage's whole reduction and the largest window, never
+    their sum: at most the backward passes that run after the first release."""
+    plan = _plan("megatron-core")
+    groups = place_groups(CL, plan)
+    slow = PROF.overlap_slowdown.value - 1.0
+    last_b = {0: 0.05, 1: 0.04}
+    stage0 = [c for c in _chunks(plan) if c.stage == 0]
+    times = {c.chunk: bucket_times_s(c, plan, groups, PROF) for c in stage0}
+    windows = [last_b[0] * (len(times[0]) - 1) / len(times[0]),
+               last_b[1] * (len(times[1]) - 1) / len(times[1]) + last_b[0]]
+    want = slow * min(sum(sum(t) for t in times.values()), max(windows))
+    got = dp_interference_s(last_b, stage0, plan, PROF, groups)
+    assert got == pytest.approx(want)
+    assert got <= slow * (last_b[0] + last_b[1])
+
+
+def test_each_chunk_reduces_as_its_last_backward_ends():
+    """Megatron-Core launches a chunk's gradient reduction after its last micro-batch's
+    backward (grad_sync_func), so on an interleaved stage chunk 1, which finishes first,
+    reduces first: the event engine starts its one bucket when its last backward ends,
+    before any of chunk 0's."""
+    plan = _plan("megatron-core")
+    r = simulate(MODEL, plan, CL, PROF, keep_timeline=True)
+    ev = [e for e in r.timeline if e.get("stage") == 0 and "start_s" in e and "name" in e]
+    last_b = {c: max(e["end_s"] for e in ev if e["name"].startswith("B ") and e.get("chunk") == c)
+              for c in (0, 1)}
+    first = {c: min(e["start_s"] for e in ev if e["name"].startswith(f"dp reduce c{c} "))
+             for c in (0, 1)}
+    assert last_b[1] < last_b[0]
+    assert first[1] == pytest.approx(last_b[1])
+    assert first[1] < first[0]
