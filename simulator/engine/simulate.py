@@ -34,8 +34,9 @@ from .periodic import long_enough, periodic_event_step
 from .result import Breakdown, Result, StageReport
 from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
-    bucket_times_s,
     build_tasks,
+    dp_interference_s,
+    dp_overlap_s,
     optimizer_time_s,
     param_gather_time_s,
     tied_grad_costs,
@@ -147,16 +148,23 @@ def _analytic_step(stages, plan, cluster, prof, groups):
                                                 pair_saving_s=_pair_saving(stages[crit], share, prof))
     else:
         pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
-    dp = sum(sum(bucket_times_s(c, plan, groups, prof)) for c in stages[crit]) \
+    # gradient reduction: hidden beside the backward passes after the first bucket's release,
+    # which it slows (dp_overlap_s / dp_interference_s, as the event engine plays them), and
+    # beside the interference itself and the pipeline's drain: stage s's backward ends about
+    # s backward passes before stage 0's
+    last_b = {c.chunk: c.bwd.total_s for c in stages[crit]}
+    dp, window = dp_overlap_s(last_b, stages[crit], plan, prof, groups) \
+        if plan.zero_stage < 3 else (0.0, 0.0)
+    dp_int = dp_interference_s(last_b, stages[crit], plan, prof, groups) \
         if plan.zero_stage < 3 else 0.0
-    last_bwd = sum(c.bwd.total_s for c in stages[crit])
-    dp_exposed = max(0.0, dp - last_bwd) if plan.dp_overlap else dp
+    drain = crit * min(last_b.values(), default=0.0)
+    dp_exposed = max(0.0, dp - window - dp_int - drain) if plan.dp_overlap else dp
     if plan.zero_stage in (1, 2) and not plan.dp_overlap:
         dp_exposed += param_gather_time_s(stages[crit], plan, groups, prof)
     dp_exposed += sum(c.time_s for c in tied_grad_costs(stages[crit], plan, cluster, prof, groups))
     opt = optimizer_time_s(stages[crit], plan, cluster, prof)
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
-             "bubble": pipe - sp.span_s, "optimizer": opt, "interference": 0.0,
+             "bubble": pipe - sp.span_s, "optimizer": opt, "interference": dp_int,
              "host": sp.span_s - sp.device_s}
     for c in stages[crit]:
         for pc in (c.fwd, c.bwd):
@@ -165,7 +173,8 @@ def _analytic_step(stages, plan, cluster, prof, groups):
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + share * m * v
     _pairs_in_parts(parts, stages[crit], plan, crit, prof)
-    return pipe + dp_exposed + opt, crit, parts, sp.device_s + sp.host_on_stream_s + opt, []
+    return (pipe + dp_exposed + dp_int + opt, crit, parts,
+            sp.device_s + sp.host_on_stream_s + opt + dp_int, [])
 
 
 def _pairs_in_parts(parts: dict[str, float], chunks: list[ChunkWork], plan: Plan, s: int,

@@ -443,26 +443,33 @@ def tied_grad_costs(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     return [group_collective(Collective.ALL_REDUCE, params * plan.grad_bytes, pair, prof)]
 
 
-def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
-                      prof: Profile, groups: dict[str, GroupPlacement]) -> float:
-    """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``): the
-    overlap is the shorter of the stage's whole reduction and the backward compute that runs
-    after the first bucket of any chunk is released. Chunk ``c``'s first bucket is released
-    at ``1 / n`` of its last backward pass (``last_backward_s``: seconds of that pass, by
-    chunk; ``_chunk_buckets`` releases bucket ``j`` at ``(j + 1) / n``), and the last
-    backward passes of the chunks that finish after it (lower chunk indices, in the
-    interleaved schedule) follow, so the window is ``(n - 1) / n`` of its own pass plus
-    theirs; the windows of a stage's chunks nest, so their union is the largest. A one-bucket
-    buffer of a stage's only chunk overlaps nothing: its reduction starts as the backward
-    ends."""
-    if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
-        return 0.0
+def dp_overlap_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
+                 prof: Profile, groups: dict[str, GroupPlacement]) -> tuple[float, float]:
+    """(the stage's whole gradient reduction, the backward compute that can run beside it),
+    seconds. Chunk ``c``'s first bucket is released at ``1 / n`` of its last backward pass
+    (``last_backward_s``: seconds of that pass, by chunk; ``_chunk_buckets`` releases bucket
+    ``j`` at ``(j + 1) / n``), and the last backward passes of the chunks that finish after
+    it (lower chunk indices, in the interleaved schedule) follow, so its window is
+    ``(n - 1) / n`` of its own pass plus theirs; a stage's windows nest, so their union is
+    the largest. A one-bucket buffer of a stage's only chunk has none: its reduction starts
+    as the backward ends."""
     reduction = window = 0.0
     for ch in chunks:
         times = bucket_times_s(ch, plan, groups, prof)
         later = sum(s for c, s in last_backward_s.items() if c < ch.chunk)
         reduction += sum(times)
         window = max(window, last_backward_s[ch.chunk] * (len(times) - 1) / len(times) + later)
+    return reduction, window
+
+
+def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork], plan: Plan,
+                      prof: Profile, groups: dict[str, GroupPlacement]) -> float:
+    """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``): the
+    overlap is the shorter of the stage's whole reduction and the backward compute that runs
+    after the first bucket of any chunk is released (``dp_overlap_s``)."""
+    if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
+        return 0.0
+    reduction, window = dp_overlap_s(last_backward_s, chunks, plan, prof, groups)
     return interference_s(min(reduction, window), prof)
 
 
