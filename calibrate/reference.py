@@ -92,9 +92,9 @@ def attention_model(key: str, gemm: GemmModel, a100_bf16_eff: float,
                         "memory-efficient kernels)")
     else:
         r = gemm.eff_max["bf16"].value / a100_bf16_eff
-        amd = key.upper().replace("-", " ")
+        label = key.upper().replace("-", " ")
         fwd, bwd = pair("a100", r, f"assumed: A100 FlashAttention-2 fraction x {r:.3f} "
-                        f"({amd}/A100 bf16 GEMM efficiency ratio; no {amd} attention row)")
+                        f"({label}/A100 bf16 GEMM efficiency ratio; no {label} attention row)")
     dtypes = ("fp16",) if key == "v100-sxm-32gb" else ("bf16", "fp16")
     f_map = {d: fwd for d in dtypes}
     b_map = {d: bwd for d in dtypes}
@@ -164,17 +164,17 @@ NOTES = {
                       "(the 2-GPU NVLink bridge is not modelled).",
     "b300": "B300 (Blackwell Ultra): B200 shape fits, levels and ceiling carried by its own "
             "MAMF rows (bf16, fp8); NVLink, attention and network transferred from B200.",
-    "h100-pcie": "H100 PCIe: the H100 SXM model scaled by one tool's MAMF ratio of the two "
-                 "cards (kernels_extra.csv lines 11-12), PCIe Gen5 between the GPUs of a node "
-                 "(the 2-GPU NVLink bridge is not modelled).",
+    "h100-pcie": "H100 PCIe: the H100 SXM shape terms and levels, the SXM ceilings scaled by "
+                 "one tool's MAMF ratio of the two cards (kernels_extra.csv lines 11-12), PCIe "
+                 "Gen5 between the GPUs of a node (the 2-GPU NVLink bridge is not modelled).",
     "h800": "H800 = H100 compute (same GH100 die): the H100 model, NVLink efficiencies from the "
             "H200 sweep on the H800's 200 GB/s per direction (0.804 x 200 = 161 GB/s, against "
             "DeepSeek-V3's measured 160 GB/s usable).",
     "l40s": "L40S (Ada): the A100 family's shape terms with its own MAMF row for the level "
             "(kernels_extra.csv line 13); HBM-measured memory efficiency on its GDDR6, A100 "
             "FlashAttention-2 fractions, PCIe Gen4 between the GPUs (all assumed).",
-    "gb300": "GB300: the B300 die's rows (no GB300 GEMM row; the pessimistic side at 1400 W), "
-             "NVL72 links from GB200, Grace host as GB200's.",
+    "gb300": "GB300: the larger of its B300 die's and GB200's MAMF rows (no GB300 GEMM row; "
+             "the pessimistic side at 1400 W), NVL72 links from GB200, Grace host as GB200's.",
     "mi325x": "MI325X = MI300X compute (same CDNA3 die; no MI325X row): MI300X's GEMM, links "
               "and attention assumptions, its own memory bandwidth.",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "

@@ -35,9 +35,9 @@ from .result import Breakdown, Result, StageReport
 from .stage_work import ChunkWork, build_chunks, place_groups
 from .step import (
     build_tasks,
-    dp_interference_s,
     dp_overlap_s,
     optimizer_time_s,
+    overlap_interference_s,
     param_gather_time_s,
     tied_grad_costs,
 )
@@ -155,8 +155,7 @@ def _analytic_step(stages, plan, cluster, prof, groups):
     last_b = {c.chunk: c.bwd.total_s for c in stages[crit]}
     dp, window = dp_overlap_s(last_b, stages[crit], plan, prof, groups) \
         if plan.zero_stage < 3 else (0.0, 0.0)
-    dp_int = dp_interference_s(last_b, stages[crit], plan, prof, groups) \
-        if plan.zero_stage < 3 else 0.0
+    dp_int = overlap_interference_s(dp, window, plan, prof, groups)
     drain = crit * min(last_b.values(), default=0.0)
     dp_exposed = max(0.0, dp - window - dp_int - drain) if plan.dp_overlap else dp
     if plan.zero_stage in (1, 2) and not plan.dp_overlap:

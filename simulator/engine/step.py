@@ -467,10 +467,24 @@ def dp_interference_s(last_backward_s: dict[int, float], chunks: list[ChunkWork]
     """Backward compute slowed while gradient buckets reduce beside it (``dp_overlap``): the
     overlap is the shorter of the stage's whole reduction and the backward compute that runs
     after the first bucket of any chunk is released (``dp_overlap_s``)."""
-    if not plan.dp_overlap or plan.zero_stage >= 3 or groups["dp"].size <= 1:
+    if not _reduces_beside_backward(plan, groups):
         return 0.0
-    reduction, window = dp_overlap_s(last_backward_s, chunks, plan, prof, groups)
-    return interference_s(min(reduction, window), prof)
+    return overlap_interference_s(*dp_overlap_s(last_backward_s, chunks, plan, prof, groups),
+                                  plan, prof, groups)
+
+
+def overlap_interference_s(reduction_s: float, window_s: float, plan: Plan, prof: Profile,
+                           groups: dict[str, GroupPlacement]) -> float:
+    """``dp_interference_s`` from a stage's ``dp_overlap_s`` already at hand."""
+    if not _reduces_beside_backward(plan, groups):
+        return 0.0
+    return interference_s(min(reduction_s, window_s), prof)
+
+
+def _reduces_beside_backward(plan: Plan, groups: dict[str, GroupPlacement]) -> bool:
+    """Whether gradient buckets reduce over a DP group beside the backward (not under FSDP,
+    whose reduce-scatters are priced per unit)."""
+    return plan.dp_overlap and plan.zero_stage < 3 and groups["dp"].size > 1
 
 
 def bucket_times_s(ch: ChunkWork, plan: Plan, groups: dict[str, GroupPlacement],

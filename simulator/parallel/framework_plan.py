@@ -14,8 +14,8 @@ from .conventions import conventions_for
 from .plan import Plan
 
 BEHAVIOUR_FIELDS = ("attention", "dp_overlap", "tp_overlap", "pp_scatter_gather",
-                    "pp_blocking_p2p", "pp_rendezvous", "grad_nan_check", "dp_bucket_first_chunk_only",
-                    "grad_accum_bytes_per_param", "zero1_allreduce",
+                    "pp_blocking_p2p", "pp_rendezvous", "grad_nan_check",
+                    "dp_bucket_first_chunk_only", "grad_accum_bytes_per_param", "zero1_allreduce",
                     "sequence_parallel", "host_mode", "host_mechanisms")
 
 
