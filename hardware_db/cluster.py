@@ -57,11 +57,35 @@ def _pick_nic(base: LinkSpec, kind: LinkKind | None, gbits: float | None) -> Lin
         source=f"user override: {gbytes * 8:g} Gb/s {kind.value}; latency from {template.key}")
 
 
+# a link family named without its generation ("nvlink" in a row about H100s): the GPU's own
+# reference node's link of that family
+_FAMILY_NAMES = {"nvlink": LinkKind.NVLINK, "nvswitch": LinkKind.NVLINK,
+                 "xgmi": LinkKind.XGMI, "infinity-fabric": LinkKind.XGMI,
+                 "pcie": LinkKind.PCIE}
+
+
+def _family_default(node: NodeSpec, scale_up: str | None) -> str | None:
+    """``scale_up`` unchanged, or None (keep the node's own link) when it names only the
+    family of that link; a family the GPU's node does not use is an error naming the field."""
+    if scale_up is None:
+        return None
+    kind = _FAMILY_NAMES.get(str(scale_up).strip().lower().replace("_", "-").replace(" ", "-"))
+    if kind is None:
+        return scale_up
+    if node.scale_up.kind != kind:
+        raise InvalidInputError("scale_up", scale_up,
+                                f"a link this GPU's nodes use ({node.scale_up.key}) or a "
+                                f"named generation ({', '.join(loaders.list_scale_up_links())})")
+    return None
+
+
 def _apply_scale_up(node: NodeSpec, scale_up: str | None, gpn: int) -> NodeSpec:
-    """Node with a new GPUs-per-node count and/or scale-up link; keeps the domain consistent."""
+    """Node with a new GPUs-per-node count and/or scale-up link; keeps the domain consistent.
+    A family name ("nvlink", "xgmi", "pcie") keeps the node's own link of that family."""
     per_node_domain = node.scale_up_domain_gpus == node.gpus_per_node
     domain = gpn if per_node_domain else node.scale_up_domain_gpus
     link, isr = node.scale_up, node.in_switch_reduction
+    scale_up = _family_default(node, scale_up)
     if scale_up is not None:
         valid = loaders.list_scale_up_links()
         link = loaders.load_link(scale_up, field="scale_up")

@@ -94,7 +94,7 @@ GPU_FIELDS: dict[str, tuple[Check, bool]] = {
     "source": (_text, True), "sources": (_sources, True), "attention_kernels": (_texts, False),
 }
 LINK_FIELDS: dict[str, tuple[Check, bool]] = {
-    "kind": (_choice(*(k.value for k in LinkKind)), True),
+    "kind": (_choice(*(k.value for k in LinkKind)), True), "aliases": (_texts, False),
     "bandwidth_gbytes_per_s": (_positive, True), "latency_us": (_non_negative, True),
     "sources": (_sources, True), "fabric": (_choice("switch", "mesh"), False),
     "in_switch_reduction": (check_bool, False), "domain_gpus": (_count(1, MAX_GPUS), False),

@@ -10,7 +10,7 @@ from ..api.catalog import cluster_from_row, load_profile_for, make_cluster
 from ..boundary import json_out
 from ..engine.simulate import simulate
 from ..errors import InvalidInputError
-from ..frameworks import framework_memory
+from ..frameworks import framework_for_hardware, framework_memory
 from ..hardware.profile import Profile
 from ..hardware.specs import GPUSpec
 from ..parallel.conventions import conventions_for
@@ -71,9 +71,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--framework", default=None,
                    help="training framework whose defaults fill what you do not state: "
                    "ZeRO stage, gradient dtype, FP8 weight cache, loss, attention, overlaps "
-                   "(megatron-lm, megatron-core, nemo, megatron-deepspeed, deepspeed, "
-                   "llm-foundry, torchtitan, fsdp2, hf (HuggingFace transformers models, "
-                   "eager), pytorch)")
+                   "(megatron-lm, megatron-core, nemo, megatron-deepspeed, deepspeed, llm-foundry, "
+                   "torchtitan, fsdp, fsdp2, hf, pytorch; megatron-lm on an FP8-capable GPU "
+                   "or in fp8 gets megatron-core's, the code such runs used)")
     p.add_argument("--grad-dtype", default=None,
                    help="gradient buffer / reduction dtype fp32, bf16 or fp16 "
                    "(default: the framework's)")
@@ -157,15 +157,16 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int, gpu: GPUSpec | None = Non
                 dp_bucket_bytes=int(a.bucket_mb * 1e6), host_mode=a.host_mode or "eager",
                 host_mechanisms=_mechanisms(a.host_mechanisms),
                 moe_dispatcher=getattr(a, "moe_dispatcher", None) or "alltoall")
-    return _framework_defaults(plan, a)
+    return _framework_defaults(plan, a, gpu)
 
 
 def _mechanisms(flag: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (flag or "").split(",") if x.strip())
 
 
-def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
-    """Fill what the command line leaves open from ``--framework`` (explicit flags win)."""
+def _framework_defaults(plan: Plan, a: argparse.Namespace, gpu: GPUSpec | None = None) -> Plan:
+    """Fill what the command line leaves open from ``--framework`` (explicit flags win);
+    on ``gpu``, a framework name may stand for its successor (``framework_for_hardware``)."""
     if not a.framework:
         return replace(plan, memory=conventions_for(framework_memory(""), plan.precision,
                                                     a.grad_dtype))
@@ -176,7 +177,10 @@ def _framework_defaults(plan: Plan, a: argparse.Namespace) -> Plan:
                                ("sequence_parallel", a.sequence_parallel),
                                ("host_mode", a.host_mode is not None),
                                ("host_mechanisms", a.host_mechanisms is not None)) if given}
-    return with_framework(plan, a.framework, keep, a.grad_dtype)
+    name = a.framework
+    if gpu is not None:
+        name = framework_for_hardware(name, "fp8" in gpu.peak_tflops, plan.precision.value)
+    return with_framework(plan, name, keep, a.grad_dtype)
 
 
 def run_simulate(a: argparse.Namespace) -> int:

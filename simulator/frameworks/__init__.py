@@ -15,6 +15,7 @@ from .defaults import (
     FrameworkMemory,
     canonical_framework,
     framework_defaults,
+    framework_for_hardware,
     framework_memory,
     framework_names,
 )
@@ -23,4 +24,4 @@ from .host import HOST, FrameworkHost, HostFacts, HostMechanism, HostMode
 __all__ = ["CONVENTIONS", "DEFAULT_FRAMEWORK", "FRAMEWORKS", "HOST", "LOSS_BYTES", "MEMORY",
            "Conventions", "FrameworkDefaults", "FrameworkHost", "FrameworkMemory", "HostFacts",
            "HostMechanism", "HostMode", "LossBytes", "canonical_framework", "framework_defaults",
-           "framework_memory", "framework_names"]
+           "framework_for_hardware", "framework_memory", "framework_names"]

@@ -183,9 +183,27 @@ def schedule_note(framework: str, schedule: str) -> str | None:
 
 def canonical_framework(name: str) -> str:
     """The canonical spelling of a framework name ("megatron" -> "megatron-lm"); "" and
-    unknown names are returned lower-cased and stripped (callers decide what unknown means)."""
+    unknown names are returned lower-cased and stripped, with ``_`` and spaces read as
+    ``-`` (callers decide what unknown means)."""
     key = (name or "").strip().lower()
+    if key in ALIASES:
+        return ALIASES[key]
+    key = key.replace("_", "-").replace(" ", "-")
     return ALIASES.get(key, key)
+
+
+ERAS: dict[str, str] = {k: v["successor"] for k, v in
+                        _public(json.loads(DATA.read_text())["eras"]).items()}
+
+
+def framework_for_hardware(name: str, fp8_gpu: bool, precision: str) -> str:
+    """The framework whose defaults a run of ``name`` gets: its successor (``frameworks.json``
+    "eras") when the run is on a GPU with FP8 tensor cores (``fp8_gpu``) or in FP8, which
+    only the successor's code ran; else ``name`` unchanged."""
+    successor = ERAS.get(canonical_framework(name))
+    if successor and (fp8_gpu or str(precision).strip().lower().startswith("fp8")):
+        return successor
+    return name
 
 
 def framework_names() -> list[str]:
@@ -207,6 +225,8 @@ def framework_defaults(name: str) -> FrameworkDefaults:
     if key in FRAMEWORKS:
         return FRAMEWORKS[key]
     canon = canonical_framework(key)
+    if canon in FRAMEWORKS:
+        return FRAMEWORKS[canon]
     for k in FRAMEWORKS:
         if canonical_framework(k) == canon:
             return FRAMEWORKS[k]

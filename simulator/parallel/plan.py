@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from ..boundary import spellings
 from ..errors import InvalidInputError
 from ..frameworks import HOST
 from ..hardware.specs import ClusterSpec, Dtype, GPUSpec
@@ -117,12 +118,13 @@ class Plan:
     memory: MemoryConventions = MemoryConventions()
 
     def __post_init__(self) -> None:
-        for name, enum in (("recompute", Recompute), ("precision", Dtype),
-                           ("schedule", Schedule), ("attention", AttentionImpl)):
+        for name, enum, other in (("recompute", Recompute, spellings.RECOMPUTE),
+                                  ("precision", Dtype, spellings.PRECISION),
+                                  ("schedule", Schedule, {}), ("attention", AttentionImpl, {})):
             v = getattr(self, name)
             if not isinstance(v, enum):
                 try:
-                    object.__setattr__(self, name, enum(v))
+                    object.__setattr__(self, name, enum(spellings.canonical(v, other)))
                 except ValueError:
                     valid = ", ".join(e.value for e in enum)
                     raise InvalidInputError(name, v, f"one of {valid}") from None

@@ -25,14 +25,24 @@ from ..boundary.files import atomic_path
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..errors import ComplexityError, InfeasiblePlanError, InvalidInputError
-from ..frameworks.defaults import FrameworkDefaults, framework_defaults
+from ..frameworks.defaults import (
+    FrameworkDefaults,
+    framework_defaults,
+    framework_for_hardware,
+)
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..uncertainty.interval import Uncertainty
 from ..workload import MLP, MoESpec, TransformerSpec, get_preset
-from .runs_schema import check_row, invalid_status, measured_value, read_rows  # noqa: F401
+from .runs_schema import (  # noqa: F401
+    blank_not_applicable,
+    check_row,
+    invalid_status,
+    measured_value,
+    read_rows,
+)
 
 OUT_COLUMNS = ["predicted_step_time_s", "predicted_tokens_per_s_per_gpu", "error_pct",
                "chosen", "status", "predicted_step_time_p10_s", "predicted_step_time_p90_s"]
@@ -110,7 +120,7 @@ def row_model(row: Mapping[str, str]) -> TransformerSpec:
     dims = dict(name=(row.get("model") or row.get("id") or "row").strip(),
                 n_layers=fields["n_layers"], hidden=fields["hidden"],
                 ffn_hidden=fields["ffn_hidden"], n_heads=heads or 0, n_kv_heads=kv or 0,
-                vocab=fields["vocab"], seq_len=fields["seq_len"], mlp=MLP(mlp),
+                vocab=fields["vocab"], seq_len=fields["seq_len"], mlp=mlp,
                 head_dim=head_dim, moe=moe, source=row.get("source", ""))
     if base is not None:
         # the named preset's architecture (MLA, windows, RoPE, norms, biases, router) stays;
@@ -204,6 +214,7 @@ def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
     """Predict one row; never raises for a row it cannot model (status says why)."""
     row = dict(row)
     try:
+        blank_not_applicable(row)
         check_row(row)
         return _predict(row, make_cluster, get_profile)
     except InfeasiblePlanError as exc:
@@ -222,10 +233,23 @@ def _gpt_by_dimensions(row: Mapping[str, str], model: TransformerSpec) -> bool:
     return not (row.get("model") or "").strip() and model.mlp == MLP.GELU and model.moe is None
 
 
+def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]) -> str:
+    """The row's framework name, or its successor where the hardware says which code ran
+    (``framework_for_hardware``; the swap is noted in ``notes``)."""
+    name = (row.get("framework") or "").strip().lower()
+    fp8_gpu = "fp8" in cluster.gpu.peak_tflops
+    era = framework_for_hardware(name, fp8_gpu, row.get("precision") or "")
+    if era != name:
+        notes.append(f"{era} defaults for a {name} run on an FP8-capable GPU or in FP8 "
+                     "(frameworks.json eras)")
+    return era
+
+
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
-    fw_name = (row.get("framework") or "").strip().lower()
-    fw = framework_defaults(fw_name)
+    cluster = make_cluster(row)
     chosen_extra = []
+    fw_name = _framework_of(row, cluster, chosen_extra)
+    fw = framework_defaults(fw_name)
     if missing_heads(row):
         heads = _guess_heads(row)
         row["n_heads"] = row["n_kv_heads"] = str(heads)
@@ -234,7 +258,6 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
     if _gpt_by_dimensions(row, model) and fw.gpt_tied_embeddings and not model.tied_embeddings:
         model = replace(model, tied_embeddings=True)
         chosen_extra.append("tied embeddings (the framework's GPT default)")
-    cluster = make_cluster(row)
     prof = get_profile(cluster.gpu.key)
     base = base_plan(row, fw_name)
     best: tuple[float, Result, str, Plan] | None = None

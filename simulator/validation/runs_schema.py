@@ -79,6 +79,22 @@ def check_header(shown: str, header: list[str]) -> None:
                                 "missing column(s): " + ", ".join(missing))
 
 
+# cells that say "not used" in an integer column; they read as empty (the default: 1 for
+# the parallel degrees, no interleaving for vpp, the framework's choice for micro_batch)
+NOT_APPLICABLE = ("-", "n/a", "na", "none", "null", "--")
+
+
+def blank_not_applicable(row: dict) -> None:
+    """In place: integer cells holding a not-used marker become empty, and a ``vpp`` of 0
+    (Megatron's "no virtual pipeline") becomes 1."""
+    for col in INT_COLUMNS:
+        v = row.get(col)
+        if isinstance(v, str) and v.strip().lower() in NOT_APPLICABLE:
+            row[col] = "1" if col == "vpp" else ""
+    if isinstance(row.get("vpp"), str) and row["vpp"].strip() in ("0", "0.0"):
+        row["vpp"] = "1"
+
+
 def check_row(row: Mapping[str | None, object]) -> None:
     """Raise ``InvalidInputError`` naming the first bad cell of one row."""
     if None in row:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from ..boundary import limits as L
+from ..boundary import spellings
 from ..boundary.values import check_int
 from ..errors import InvalidInputError
 
@@ -120,8 +121,9 @@ class MLASpec:
 _SIZE_LIMITS = (("n_layers", L.MAX_LAYERS), ("hidden", L.MAX_HIDDEN), ("ffn_hidden", L.MAX_FFN),
                 ("n_heads", L.MAX_HEADS), ("n_kv_heads", L.MAX_HEADS), ("vocab", L.MAX_VOCAB),
                 ("seq_len", L.MAX_SEQ_LEN))
-_ENUMS = (("mlp", MLP, "gelu, swiglu or relu2"), ("norm", Norm, "layernorm or rmsnorm"),
-          ("position", Position, "learned, rope or alibi"))
+_ENUMS = (("mlp", MLP, "gelu, swiglu or relu2", spellings.MLP),
+          ("norm", Norm, "layernorm or rmsnorm", {}),
+          ("position", Position, "learned, rope or alibi", {}))
 
 
 @dataclass(frozen=True)
@@ -181,11 +183,11 @@ class TransformerSpec:
                 raise InvalidInputError("n_heads", self.n_heads,
                                         f"a divisor of hidden={self.hidden} (or give head_dim)")
             object.__setattr__(self, "head_dim", self.hidden // self.n_heads)
-        for f, enum, valid in _ENUMS:
+        for f, enum, valid, other in _ENUMS:
             v = getattr(self, f)
             if not isinstance(v, enum):
                 try:
-                    object.__setattr__(self, f, enum(v))
+                    object.__setattr__(self, f, enum(spellings.canonical(v, other)))
                 except ValueError:
                     raise InvalidInputError(f, v, valid) from None
         for f in ("window", "global_every", "extra_norm_params", "mtp_layers"):

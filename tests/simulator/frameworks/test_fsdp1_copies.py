@@ -159,3 +159,22 @@ def test_fsdp_reduce_scatter_lane_carries_the_prep_passes_in_series():
     launch = prof.memory.launch_us.value * 1e-6
     expected = (4.0 + 6.0 + 8.0) * params / bw + 3 * layers * launch
     assert with_prep - lanes[()][0] == pytest.approx(expected, rel=1e-6)
+
+
+def test_plain_fsdp_reduces_in_the_parameter_dtype(fake_world):
+    """``frameworks.json`` "fsdp" (plain PyTorch FSDP v1) reduces 16-bit gradients: with
+    ``MixedPrecision(param_dtype=bf16)`` and ``reduce_dtype`` left unset, FSDP's backward
+    moves what the bf16-reduce run above moves (no full-size fp32 cast, a 2 x 2 B
+    pre-division), and the simulator's plan under "fsdp" reduces 2 B per gradient."""
+    from simulator.memory.accounting import grad_reduce_bytes
+    from simulator.parallel.framework_plan import with_framework
+    from simulator.parallel.plan import Plan
+    ops, total, _ = _backward_traffic(True, None)
+    assert (ops["_to_copy"][1] + ops["_to_copy"][2]) / total == pytest.approx(
+        6.0 / fake_world, rel=0.02)
+    div = (ops["div_"][1] + ops["div_"][2]) / total
+    assert div == pytest.approx(4.0 + 4.0 / fake_world, rel=0.02)
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"), "fsdp")
+    assert plan.zero_stage == 3 and plan.host_mechanisms == ("fsdp1_unit",)
+    assert grad_reduce_bytes(plan) == 2
+    assert grad_reduce_bytes(with_framework(plan, "fsdp2")) == 4
