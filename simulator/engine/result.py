@@ -8,6 +8,19 @@ from .memory_fit import MemoryVerdict
 
 
 @dataclass(frozen=True)
+class StageLoad:
+    """The slowest stage's device seconds of work per step (``engine.balance``) and their
+    split: ``compute_s``, exposed communication by group (``comm_s``), interference."""
+
+    stage: int
+    work_s: float
+    compute_s: float
+    comm_s: dict[str, float] = field(default_factory=dict)
+    interference_s: float = 0.0
+    critical_work_s: float = 0.0          # the critical stage's, the same way
+
+
+@dataclass(frozen=True)
 class Breakdown:
     """Where the critical stage's step time goes (seconds; they sum to ``step_time_s``)."""
 
@@ -82,6 +95,8 @@ class Result:
     link_busy_s: dict[str, float] = field(default_factory=dict)
     busiest_link: str = ""
     memory_verdict: MemoryVerdict | None = None
+    # the stage with the most work when it is not the critical one (``engine.balance``)
+    slowest_stage: StageLoad | None = None
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         d = asdict(self)

@@ -19,6 +19,7 @@ from ..memory.accounting import stage_memory as _stage_memory
 from ..parallel.plan import Plan, Schedule, validate
 from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backward
 from ..workload.spec import TransformerSpec
+from .balance import describe, imbalance
 from .breakdown import event_breakdown
 from .events import Engine
 from .host_span import stage_span
@@ -83,6 +84,9 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
     note = schedule_note(plan.memory.framework, plan.schedule.value)
     if note:
         res.notes.append(note)
+    load = imbalance(stages, plan, crit)
+    if load is not None:
+        res = replace(res, slowest_stage=load, notes=[*res.notes, describe(load)])
     return with_link_use(res, stages[crit], model, plan, cluster, profile, groups)
 
 
