@@ -245,9 +245,27 @@ def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]
     return era
 
 
+def fill_degrees(row: dict, notes: list[str]) -> None:
+    """In place: an empty ``dp`` is the GPUs left over by tp x pp x cp (Megatron's
+    convention: data parallelism is what the other degrees leave), and an empty ``n_gpus``
+    the product of the four degrees; each fill is noted. Degrees that do not divide the GPU
+    count are left for the plan's check to name."""
+    model_par = _int(row, "tp", 1) * _int(row, "pp", 1) * _int(row, "cp", 1)
+    n, dp = _int(row, "n_gpus"), _int(row, "dp")
+    if n is None and dp is not None:
+        row["n_gpus"] = str(model_par * dp)
+        notes.append(f"n_gpus={row['n_gpus']} (tp x pp x dp x cp)")
+    elif dp is None and n is not None and n % model_par == 0:
+        row["dp"] = str(n // model_par)
+        notes.append(f"dp={row['dp']} (n_gpus / (tp x pp x cp))")
+    elif n is None:
+        raise InvalidInputError("n_gpus", "", "a GPU count (or a dp column to derive it from)")
+
+
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
+    chosen_extra: list[str] = []
+    fill_degrees(row, chosen_extra)
     cluster = make_cluster(row)
-    chosen_extra = []
     fw_name = _framework_of(row, cluster, chosen_extra)
     fw = framework_defaults(fw_name)
     if missing_heads(row):
