@@ -35,8 +35,10 @@ from ..hardware.specs import ClusterSpec
 from ..parallel.framework_plan import with_framework
 from ..parallel.plan import Plan
 from ..uncertainty.interval import Uncertainty
-from ..workload import MLP, MoESpec, TransformerSpec, get_preset
+from ..workload import MLP, MoESpec, TransformerSpec
+from ..workload.presets import find_preset
 from .runs_schema import (  # noqa: F401
+    MODEL_DIMS,
     blank_not_applicable,
     check_row,
     invalid_status,
@@ -97,9 +99,25 @@ def _bool(row: Mapping[str, str], key: str) -> bool | None:
     raise InvalidInputError(key, v, "true or false")
 
 
+def row_preset(row: Mapping[str, str]) -> TransformerSpec | None:
+    """The preset the row's ``model`` names (any spelling ``find_preset`` reads), None when
+    it names none; a name that is not a preset is refused only when the row lacks the
+    dimensions to build the model from (``MODEL_DIMS``)."""
+    name = (row.get("model") or "").strip()
+    if not name:
+        return None
+    spec = find_preset(name)
+    missing = [c for c in MODEL_DIMS if _int(row, c) is None]
+    if spec is None and missing:
+        raise InvalidInputError("model", name, "a built-in model (`complexity list models`) "
+                                "or a row giving its dimensions (missing: "
+                                + ", ".join(missing) + ")")
+    return spec
+
+
 def row_model(row: Mapping[str, str]) -> TransformerSpec:
     """Preset (if named) with explicit dimension columns overriding it."""
-    base = get_preset(row["model"].strip()) if (row.get("model") or "").strip() else None
+    base = row_preset(row)
     def pick(col: str, attr: str):
         v = _int(row, col)
         return v if v is not None else (getattr(base, attr) if base else None)
@@ -144,7 +162,7 @@ def _row_moe(row: Mapping[str, str], base: TransformerSpec | None) -> MoESpec | 
 
 
 def missing_heads(row: Mapping[str, str]) -> bool:
-    return _int(row, "n_heads") is None and not (row.get("model") or "").strip()
+    return _int(row, "n_heads") is None and row_preset(row) is None
 
 
 # ---- plan ----------------------------------------------------------------------------------
@@ -230,7 +248,7 @@ def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
 def _gpt_by_dimensions(row: Mapping[str, str], model: TransformerSpec) -> bool:
     """A row that names no preset and describes a GELU decoder: a GPT as the framework's
     GPT model builds it (``FrameworkDefaults.gpt_tied_embeddings``)."""
-    return not (row.get("model") or "").strip() and model.mlp == MLP.GELU and model.moe is None
+    return row_preset(row) is None and model.mlp == MLP.GELU and model.moe is None
 
 
 def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]) -> str:
@@ -273,6 +291,9 @@ def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactor
         row["n_heads"] = row["n_kv_heads"] = str(heads)
         chosen_extra.append(f"n_heads={heads} (head_dim 128)")
     model = row_model(row)
+    if (row.get("model") or "").strip() and row_preset(row) is None:
+        chosen_extra.append(f"model {row['model'].strip()!r} is not a preset: built from the "
+                            "row's dimensions")
     if _gpt_by_dimensions(row, model) and fw.gpt_tied_embeddings and not model.tied_embeddings:
         model = replace(model, tied_embeddings=True)
         chosen_extra.append("tied embeddings (the framework's GPT default)")

@@ -14,6 +14,8 @@ Conventions shared by every preset:
 """
 from __future__ import annotations
 
+import re
+
 from ..errors import InvalidInputError
 from .spec import MLP, MLASpec, MoESpec, Norm, Position, TransformerSpec
 
@@ -201,9 +203,47 @@ def list_presets() -> list[str]:
     return sorted(PRESETS)
 
 
-def get_preset(name: str) -> TransformerSpec:
-    """The built-in spec called ``name``; raises InvalidInputError for unknown names."""
-    try:
+# Other names of a preset's architecture (keys in ``preset_key`` form). Llama 3.1 8B and
+# 70B have Llama 3's dimensions (their config.json files differ in rope_scaling and
+# max_position_embeddings, which change no FLOPs); the 405B exists only as 3.1.
+_ALIASES = {"llama318b": "llama3-8b", "llama3170b": "llama3-70b", "llama31405b": "llama3-405b",
+            "gpt3": "gpt3-175b", "gpt2": "gpt2-124m",
+            "gpt2small": "gpt2-124m", "bloom": "bloom-176b", "mtnlg": "mt-nlg-530b",
+            "megatronturingnlg530b": "mt-nlg-530b"}
+# words of a checkpoint's name that do not change the architecture
+_DROPPED_WORDS = ("hf", "base", "instruct", "chat", "v0.1", "v01", "meta")
+
+
+def preset_key(name: str) -> str:
+    """``name`` reduced to compare model names: the part after a hub organisation
+    (``meta-llama/``), lower case, without the words in ``_DROPPED_WORDS`` (``-hf``,
+    ``-Instruct``, ``Meta-``) and without separators (``-``, ``_``, ``.``, spaces):
+    ``meta-llama/Meta-Llama-3-8B`` and ``llama3-8b`` both give ``llama38b``."""
+    words = re.split(r"[-_ ]+", str(name).strip().lower().rsplit("/", 1)[-1])
+    kept = "".join(w for w in words if w and w not in _DROPPED_WORDS)
+    return kept.replace(".", "")
+
+
+def find_preset(name: str) -> TransformerSpec | None:
+    """The built-in spec ``name`` stands for (exactly, or under ``preset_key`` and the
+    aliases), else None."""
+    if not isinstance(name, str):
+        return None
+    if name in PRESETS:
         return PRESETS[name]
-    except (KeyError, TypeError):
-        raise InvalidInputError("model", name, "one of: " + ", ".join(list_presets())) from None
+    key = preset_key(name)
+    if key in _ALIASES:
+        return PRESETS[_ALIASES[key]]
+    return _BY_KEY.get(key)
+
+
+_BY_KEY = {preset_key(k): v for k, v in PRESETS.items()}
+
+
+def get_preset(name: str) -> TransformerSpec:
+    """The built-in spec called ``name`` (any spelling ``find_preset`` reads); raises
+    InvalidInputError for unknown names."""
+    spec = find_preset(name)
+    if spec is None:
+        raise InvalidInputError("model", name, "one of: " + ", ".join(list_presets()))
+    return spec
