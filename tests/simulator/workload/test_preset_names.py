@@ -52,3 +52,9 @@ def test_a_row_naming_an_unknown_model_is_built_from_its_dimensions():
     bare = predict_row(dict(row, model="qwen2.5-7b", hidden=""), cluster_from_row,
                        hardware_db.load_profile)
     assert bare.status.startswith("invalid: model") and "missing: hidden" in bare.status
+
+
+def test_the_command_line_reads_the_same_spellings():
+    from simulator.workload import resolve_model
+    assert resolve_model("meta-llama/Meta-Llama-3-8B") is PRESETS["llama3-8b"]
+    assert resolve_model("Llama-2-7b-hf", seq_len=2048).seq_len == 2048
