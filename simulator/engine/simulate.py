@@ -21,7 +21,9 @@ from ..parallel.schedule import chunk_share, closed_form_bubble_s, splits_backwa
 from ..workload.spec import TransformerSpec
 from .balance import describe, imbalance
 from .breakdown import event_breakdown
+from .ds_pipe import transfer_times_s
 from .events import Engine
+from .handoff import fill_drain_handoff_s, stream_handoff_s
 from .host_span import stage_span
 from .memory_fit import memory_verdict
 from .network_use import with_link_use
@@ -40,6 +42,7 @@ from .step import (
     optimizer_time_s,
     overlap_interference_s,
     param_gather_time_s,
+    pipeline_send_costs,
     tied_grad_costs,
 )
 from .sweep import sweep_step, tail_costs
@@ -77,7 +80,8 @@ def simulate(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, profile: 
         step, crit, bd, busy, timeline = _event_step(stages, model, plan, cluster, profile, groups,
                                                      memory if keep_timeline else None)
     else:
-        step, crit, bd, busy, timeline = _analytic_step(stages, plan, cluster, profile, groups)
+        step, crit, bd, busy, timeline = _analytic_step(stages, plan, cluster, profile, groups,
+                                                        model)
     step += profile.step_overhead_s.value
     res = _result(model, plan, cluster, stages, memory, step, crit, bd, busy, engine,
                   time.perf_counter() - t0, timeline if keep_timeline else [])
@@ -137,47 +141,64 @@ def _event_step(stages, model, plan, cluster, prof, groups, memory=None, work=No
 
 
 # ---- closed form ----------------------------------------------------------------------------
-def _analytic_step(stages, plan, cluster, prof, groups):
+def _analytic_step(stages, plan, cluster, prof, groups, model):
     """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and
-    optimizer; ``t`` per micro-batch includes the wait for the host (``host_span``), and
-    with one stage the host/device recursion is the whole pipeline."""
+    optimizer; ``t`` per micro-batch includes the wait for the host (``host_span``) and the
+    stream's pipeline hand-offs (``engine.handoff``), and with one stage the host/device
+    recursion is the whole pipeline."""
     m = plan.num_microbatches
     share = chunk_share(plan.schedule)
     spans = [stage_span(chunks, plan, prof, s) for s, chunks in enumerate(stages)]
-    per_mb = [sp.span_s / m for sp in spans]
+    times = transfer_times_s(pipeline_send_costs(model, plan, cluster, prof, groups))
+    held = [m * stream_handoff_s(plan, s, times) for s in range(len(stages))]
+    per_mb = [(sp.span_s + h) / m for sp, h in zip(spans, held)]
     crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
     t, sp = per_mb[crit], spans[crit]
     if splits_backward(plan.schedule):
-        pipe = sp.span_s + closed_form_bubble_s(plan.schedule, plan.pp, *_fbw(stages[crit], share),
-                                                pair_saving_s=_pair_saving(stages[crit], share, prof))
+        pipe = sp.span_s + held[crit] + closed_form_bubble_s(
+            plan.schedule, plan.pp, *_fbw(stages[crit], share),
+            pair_saving_s=_pair_saving(stages[crit], share, prof))
     else:
         pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
-    # gradient reduction: hidden beside the backward passes after the first bucket's release,
-    # which it slows (dp_overlap_s / dp_interference_s, as the event engine plays them), and
-    # beside the interference itself and the pipeline's drain: stage s's backward ends about
-    # s backward passes before stage 0's
-    last_b = {c.chunk: c.bwd.total_s for c in stages[crit]}
-    dp, window = dp_overlap_s(last_b, stages[crit], plan, prof, groups) \
-        if plan.zero_stage < 3 else (0.0, 0.0)
-    dp_int = overlap_interference_s(dp, window, plan, prof, groups)
-    drain = crit * min(last_b.values(), default=0.0)
-    dp_exposed = max(0.0, dp - window - dp_int - drain) if plan.dp_overlap else dp
-    if plan.zero_stage in (1, 2) and not plan.dp_overlap:
-        dp_exposed += param_gather_time_s(stages[crit], plan, groups, prof)
-    dp_exposed += sum(c.time_s for c in tied_grad_costs(stages[crit], plan, cluster, prof, groups))
-    opt = optimizer_time_s(stages[crit], plan, cluster, prof)
-    parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed, "pp": 0.0,
-             "bubble": pipe - sp.span_s, "optimizer": opt, "interference": dp_int,
-             "host": sp.span_s - sp.device_s}
-    for c in stages[crit]:
+    pipe += fill_drain_handoff_s(plan, times)
+    # each stage's tail after the pipeline: its exposed gradient reduction, the slowdown it
+    # causes and its optimizer step; the stage that ends last is the critical one, as in
+    # the event engine (1F1B: usually stage 0, whose backward ends last)
+    tails = [_stage_tail(s, stages, plan, cluster, prof, groups) for s in range(len(stages))]
+    end = max(range(len(tails)), key=lambda i: (sum(tails[i]), -i))
+    dp_exposed, dp_int, opt = tails[end]
+    sp = spans[end]
+    parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed,
+             "pp": held[end], "bubble": pipe - sp.span_s - held[end], "optimizer": opt,
+             "interference": dp_int, "host": sp.span_s - sp.device_s}
+    for c in stages[end]:
         for pc in (c.fwd, c.bwd):
             parts["compute"] += share * m * pc.compute_s
             parts["interference"] += share * m * pc.interference_s
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + share * m * v
-    _pairs_in_parts(parts, stages[crit], plan, crit, prof)
-    return (pipe + dp_exposed + dp_int + opt, crit, parts,
-            sp.device_s + sp.host_on_stream_s + opt + dp_int, [])
+    _pairs_in_parts(parts, stages[end], plan, end, prof)
+    return (pipe + dp_exposed + dp_int + opt, end, parts,
+            sp.device_s + sp.host_on_stream_s + held[end] + opt + dp_int, [])
+
+
+def _stage_tail(s, stages, plan, cluster, prof, groups) -> tuple[float, float, float]:
+    """(exposed gradient reduction, its interference, optimizer step) of stage ``s`` after
+    the pipeline ends. The reduction hides beside the backward passes after the first
+    bucket's release, which it slows (dp_overlap_s / dp_interference_s, as the event engine
+    plays them), beside the interference itself and beside the pipeline's drain: stage
+    ``s``'s backward ends about ``s`` backward passes before stage 0's."""
+    chunks = stages[s]
+    last_b = {c.chunk: c.bwd.total_s for c in chunks}
+    dp, window = dp_overlap_s(last_b, chunks, plan, prof, groups) \
+        if plan.zero_stage < 3 else (0.0, 0.0)
+    dp_int = overlap_interference_s(dp, window, plan, prof, groups)
+    drain = s * min(last_b.values(), default=0.0)
+    dp_exposed = max(0.0, dp - window - dp_int - drain) if plan.dp_overlap else dp
+    if plan.zero_stage in (1, 2) and not plan.dp_overlap:
+        dp_exposed += param_gather_time_s(chunks, plan, groups, prof)
+    dp_exposed += sum(c.time_s for c in tied_grad_costs(chunks, plan, cluster, prof, groups))
+    return dp_exposed, dp_int, optimizer_time_s(chunks, plan, cluster, prof)
 
 
 def _pairs_in_parts(parts: dict[str, float], chunks: list[ChunkWork], plan: Plan, s: int,
