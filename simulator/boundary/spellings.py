@@ -5,8 +5,9 @@ Published runs and launch scripts name the same thing many ways: Lightning's
 ``hidden_act: silu`` for a gated MLP, Megatron's ``--recompute-method uniform``. Each
 table maps a lower-cased, ``_``/space-to-``-`` spelling to the canonical value; a value
 that is neither canonical nor listed still raises ``InvalidInputError`` in the caller
-(naming the field). A spelling that could mean two things (``amp``: fp16 or bf16?) is
-left out on purpose, so it fails instead of guessing.
+(naming the field). A spelling that could mean two things (``amp``: fp16 or bf16?;
+Lightning's ``bf16-true``, which keeps no fp32 master weights; an activation's name for an
+MLP) is left out on purpose, so it fails instead of guessing.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 # numeric format of the GEMMs (simulator.hardware.specs.Dtype)
 PRECISION = {
     "bfloat16": "bf16", "bf16-mixed": "bf16", "bf16-amp": "bf16", "amp-bf16": "bf16",
-    "mixed-bf16": "bf16", "bf16-true": "bf16",
+    "mixed-bf16": "bf16",
     "float16": "fp16", "half": "fp16", "16-mixed": "fp16", "fp16-mixed": "fp16",
     "fp16-amp": "fp16", "amp-fp16": "fp16", "mixed-fp16": "fp16",
     "float32": "fp32", "32": "fp32", "32-true": "fp32",
@@ -39,15 +40,14 @@ RECOMPUTE = {
     "sel": "selective", "core-attn": "selective",
 }
 
-# MLP form (simulator.workload.spec.MLP): what matters is the GEMM count and shapes
+# MLP form (simulator.workload.spec.MLP): what matters is the GEMM count and shapes, so
+# only names of a form are read. An activation's name (HuggingFace's hidden_act: silu,
+# gelu_pytorch_tanh, gelu_new) does not say whether the MLP is gated (Gemma gates
+# gelu_pytorch_tanh, GPT-2 does not gate gelu_new): refused, not guessed.
 MLP = {
-    # gated MLPs: three GEMMs (HuggingFace configs name the gate's activation)
-    "silu": "swiglu", "swish": "swiglu", "silu-glu": "swiglu", "swish-glu": "swiglu",
-    "geglu": "swiglu", "gated-gelu": "swiglu", "glu": "swiglu",
-    # two GEMMs with an elementwise activation between them (ReLU costs what GELU does:
-    # one memory-bound pass)
-    "gelu-new": "gelu", "gelu-pytorch-tanh": "gelu", "gelu-tanh": "gelu", "fast-gelu": "gelu",
-    "quick-gelu": "gelu", "relu": "gelu",
+    # gated MLPs: three GEMMs
+    "silu-glu": "swiglu", "swish-glu": "swiglu", "geglu": "swiglu", "gated-gelu": "swiglu",
+    "glu": "swiglu", "gated": "swiglu",
     "squared-relu": "relu2", "relu-squared": "relu2", "sqrelu": "relu2",
 }
 

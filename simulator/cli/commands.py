@@ -203,7 +203,9 @@ def run_simulate(a: argparse.Namespace) -> int:
     res = simulate(model, plan, cluster, prof, engine=a.engine,
                    keep_timeline=bool(a.trace or a.plot))
     unc = None if a.no_interval else estimate_uncertainty(
-        model, plan, cluster, prof, framework=getattr(a, "framework", None))
+        model, plan, cluster, prof,
+        # the framework whose defaults the plan got (megatron-lm on an H100: megatron-core)
+        framework=plan.memory.framework if getattr(a, "framework", None) else None)
     if a.trace:
         write_chrome_trace(a.trace, res)
     if a.plot:

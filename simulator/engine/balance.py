@@ -11,6 +11,7 @@ report can say where the time goes.
 from __future__ import annotations
 
 from ..parallel.plan import Plan
+from ..parallel.schedule import chunk_share
 from .result import StageLoad
 from .stage_work import ChunkWork
 
@@ -20,9 +21,10 @@ IMBALANCE_SHARE = 0.10
 
 
 def stage_work_s(stages: list[list[ChunkWork]], plan: Plan) -> list[float]:
-    """Device seconds of work per step of each stage: its passes' kernels and exposed
-    communication, micro-batches times chunks (no waits on other stages, no host)."""
-    m = plan.num_microbatches
+    """Device seconds of work per step of each stage: its passes' kernels, exposed
+    communication and the host waits the passes carry, micro-batches times chunks (DualPipe
+    runs each chunk for half the micro-batches: ``chunk_share``); no waits on other stages."""
+    m = plan.num_microbatches * chunk_share(plan.schedule)
     return [m * sum(ch.fwd.total_s + ch.bwd.total_s for ch in chunks) for chunks in stages]
 
 
@@ -35,7 +37,7 @@ def imbalance(stages: list[list[ChunkWork]], plan: Plan, critical: int) -> Stage
     slow = max(range(len(work)), key=lambda i: (work[i], -i))
     if slow == critical or work[slow] <= (1.0 + IMBALANCE_SHARE) * work[critical]:
         return None
-    m = plan.num_microbatches
+    m = plan.num_microbatches * chunk_share(plan.schedule)
     compute = interference = 0.0
     comm: dict[str, float] = {}
     for ch in stages[slow]:

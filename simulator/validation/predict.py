@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from ..boundary import spellings
 from ..boundary.files import atomic_path
 from ..engine.result import Result
 from ..engine.simulate import simulate
@@ -230,11 +231,12 @@ ProfileFactory = Callable[[str], Profile]
 def predict_row(row: Mapping[str, str], make_cluster: ClusterFactory,
                 get_profile: ProfileFactory) -> RowOutcome:
     """Predict one row; never raises for a row it cannot model (status says why)."""
-    row = dict(row)
+    row = dict(row)                             # what the outcome keeps: the cells as read
+    work = dict(row)                            # what is predicted: blanks and fills applied
     try:
-        blank_not_applicable(row)
-        check_row(row)
-        return _predict(row, make_cluster, get_profile)
+        blank_not_applicable(work)
+        check_row(work)
+        return replace(_predict(work, make_cluster, get_profile), row=row)
     except InfeasiblePlanError as exc:
         return RowOutcome(row, None, "", f"infeasible: {exc}", None)
     except InvalidInputError as exc:
@@ -256,7 +258,8 @@ def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]
     (``framework_for_hardware``; the swap is noted in ``notes``)."""
     name = (row.get("framework") or "").strip().lower()
     fp8_gpu = "fp8" in cluster.gpu.peak_tflops
-    era = framework_for_hardware(name, fp8_gpu, row.get("precision") or "")
+    era = framework_for_hardware(name, fp8_gpu,
+                                 spellings.canonical(row.get("precision") or "", spellings.PRECISION))
     if era != name:
         notes.append(f"{era} defaults for a {name} run on an FP8-capable GPU or in FP8 "
                      "(frameworks.json eras)")
@@ -273,7 +276,10 @@ def fill_degrees(row: dict, notes: list[str]) -> None:
     if n is None and dp is not None:
         row["n_gpus"] = str(model_par * dp)
         notes.append(f"n_gpus={row['n_gpus']} (tp x pp x dp x cp)")
-    elif dp is None and n is not None and n % model_par == 0:
+    elif dp is None and n is not None:
+        if n % model_par:
+            raise InvalidInputError("dp", "", f"a value, or n_gpus={n} divisible by "
+                                    f"tp x pp x cp = {model_par}")
         row["dp"] = str(n // model_par)
         notes.append(f"dp={row['dp']} (n_gpus / (tp x pp x cp))")
     elif n is None:
@@ -283,6 +289,7 @@ def fill_degrees(row: dict, notes: list[str]) -> None:
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
     chosen_extra: list[str] = []
     fill_degrees(row, chosen_extra)
+    check_row(row)                              # a derived n_gpus is held to the same limits
     cluster = make_cluster(row)
     fw_name = _framework_of(row, cluster, chosen_extra)
     fw = framework_defaults(fw_name)

@@ -84,13 +84,19 @@ def check_header(shown: str, header: list[str]) -> None:
 NOT_APPLICABLE = ("-", "n/a", "na", "none", "null", "--")
 
 
+# columns where "not used" is the count 0, not the default (which may be a framework's ZeRO
+# stage or a preset's shared experts)
+ZERO_WHEN_UNUSED = ("zero_stage", "moe_shared_experts", "moe_dense_layers")
+
+
 def blank_not_applicable(row: dict) -> None:
-    """In place: integer cells holding a not-used marker become empty, and a ``vpp`` of 0
-    (Megatron's "no virtual pipeline") becomes 1."""
+    """In place: integer cells holding a not-used marker become empty (0 where the column
+    counts something, ``ZERO_WHEN_UNUSED``; 1 for ``vpp``), and a ``vpp`` of 0 (Megatron's
+    "no virtual pipeline") becomes 1."""
     for col in INT_COLUMNS:
         v = row.get(col)
         if isinstance(v, str) and v.strip().lower() in NOT_APPLICABLE:
-            row[col] = "1" if col == "vpp" else ""
+            row[col] = "1" if col == "vpp" else ("0" if col in ZERO_WHEN_UNUSED else "")
     if isinstance(row.get("vpp"), str) and row["vpp"].strip() in ("0", "0.0"):
         row["vpp"] = "1"
 

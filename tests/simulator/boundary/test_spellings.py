@@ -21,6 +21,7 @@ RUNS = Path(__file__).resolve().parents[3] / "validation" / "published_runs.csv"
 
 @pytest.mark.parametrize("text, dtype", [
     ("BF16", Dtype.BF16), ("bf16-mixed", Dtype.BF16), ("bfloat16", Dtype.BF16),
+    ("32-true", Dtype.FP32),
     ("16-mixed", Dtype.FP16), ("FP16", Dtype.FP16), ("fp8-hybrid", Dtype.FP8),
     ("FP8_E4M3", Dtype.FP8), ("mxfp8", Dtype.FP8), ("float32", Dtype.FP32)])
 def test_precision_spellings(text, dtype):
@@ -36,24 +37,30 @@ def test_recompute_spellings(text, mode):
 
 
 @pytest.mark.parametrize("field, text", [("precision", "amp"), ("precision", "nvfp4"),
-                                         ("recompute", "partial")])
+                                         ("precision", "bf16-true"), ("recompute", "partial")])
 def test_ambiguous_or_unknown_spellings_name_the_field(field, text):
     with pytest.raises(InvalidInputError) as ei:
         Plan(**{field: text})
     assert ei.value.field == field
 
 
+def _spec(mlp):
+    return TransformerSpec(name="t", n_layers=2, hidden=256, ffn_hidden=512, n_heads=4,
+                           n_kv_heads=4, vocab=1000, seq_len=128, mlp=mlp)
+
+
 @pytest.mark.parametrize("text, mlp", [
-    ("SwiGLU", MLP.SWIGLU), ("silu", MLP.SWIGLU), ("GeGLU", MLP.SWIGLU),
-    ("gelu_new", MLP.GELU), ("gelu_pytorch_tanh", MLP.GELU), ("relu", MLP.GELU),
-    ("squared_relu", MLP.RELU2)])
+    ("SwiGLU", MLP.SWIGLU), ("GeGLU", MLP.SWIGLU), ("gated_gelu", MLP.SWIGLU),
+    ("GELU", MLP.GELU), ("squared_relu", MLP.RELU2)])
 def test_mlp_spellings(text, mlp):
-    spec = TransformerSpec(name="t", n_layers=2, hidden=256, ffn_hidden=512, n_heads=4,
-                           n_kv_heads=4, vocab=1000, seq_len=128, mlp=text)
-    assert spec.mlp is mlp
+    assert _spec(text).mlp is mlp
+
+
+@pytest.mark.parametrize("text", ["bogus", "silu", "gelu_pytorch_tanh", "gelu_new", "relu"])
+def test_an_activation_name_is_not_an_mlp_form(text):
+    """hidden_act does not say whether the MLP is gated (Gemma gates gelu_pytorch_tanh)."""
     with pytest.raises(InvalidInputError) as ei:
-        TransformerSpec(name="t", n_layers=2, hidden=256, ffn_hidden=512, n_heads=4,
-                        n_kv_heads=4, vocab=1000, seq_len=128, mlp="bogus")
+        _spec(text)
     assert ei.value.field == "mlp"
 
 

@@ -42,3 +42,22 @@ def test_both_empty_is_invalid_naming_n_gpus():
 def test_degrees_that_do_not_divide_are_still_refused():
     o = _predict(dict(_row("nemo2407_h100_12"), dp="4"))
     assert o.status.startswith("invalid: dp")
+
+
+def test_not_used_counts_are_zero_not_the_default():
+    """'none' in zero_stage means no ZeRO, not the framework's stage (llm-foundry: 3)."""
+    row = _row("mpt_foundry_04")
+    assert _predict(dict(row, zero_stage="none")).inputs.plan.zero_stage == 0
+    assert _predict(dict(row, zero_stage="")).inputs.plan.zero_stage == 3
+
+
+def test_a_derived_gpu_count_is_held_to_the_limits():
+    row = dict(_row("nemo2407_h100_12"), n_gpus="", dp="1048576")
+    assert _predict(row).status.startswith("invalid: n_gpus")
+
+
+def test_the_outcome_keeps_the_cells_as_read():
+    """Output rows and resumed runs match the input's cells, not the filled ones."""
+    row = dict(_row("nemo2407_h100_12"), dp="", vpp="none", cp="2")
+    o = _predict(row)
+    assert o.status == "ok" and o.row == row
