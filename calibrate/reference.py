@@ -39,7 +39,7 @@ from .reference_host import host_for
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
-            "h100-pcie", "h800", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x",
+            "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x",
             "l40s")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
@@ -109,9 +109,13 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     """All link kinds a cluster of this GPU can use, plus the fits behind them."""
     a100 = L.nvlink_a100(coll)
     fits = {"nvlink_a100": a100.fit}
-    if key in ("h100-sxm", "h200-sxm", "h800"):
+    if key in ("h100-sxm", "h200-sxm", "h800", "gh200"):
         nv = L.nvlink_h200(coll)
         fits["nvlink_h200"] = nv.fit
+        if key == "gh200":
+            nv = L.transferred_link(nv, "GH200 (the same NVLink 4 ports as H100/H200, wired "
+                                    "as a 4-GPU mesh without NVSwitch: efficiencies carried, "
+                                    "the mesh's 150 GB/s per pair is the fabric model's)")
         if key == "h800":
             nv = L.transferred_link(nv, "H800 (the same NVLink 4 ports and NVSwitch gen3 as "
                                     "H100/H200, fewer of them: efficiencies carried, the "
@@ -170,6 +174,12 @@ NOTES = {
     "h800": "H800 = H100 compute (same GH100 die): the H100 model, NVLink efficiencies from the "
             "H200 sweep on the H800's 200 GB/s per direction (0.804 x 200 = 161 GB/s, against "
             "DeepSeek-V3's measured 160 GB/s usable).",
+    "gh200": "GH200 = H100 compute (same GH100 die, 132 SMs): the H100 model. The JUPITER "
+             "configuration (96 GB HBM3 at 4 TB/s, 680 W for the whole superchip, 4 GPUs in an "
+             "NVLink mesh, 4 x NDR200). The GEMM ceiling is H100 SXM's (700 W): a 900 W GH200 "
+             "measured 4.3 % (bf16) and 9.4 % (fp8) above H100 SXM in one MAMF table "
+             "(kernels.csv lines 4-5, 9 and 11), so 900 W superchips may run faster; 680 W shared "
+             "with the CPU may run slower (not measured). Grace host: its own Linear row.",
     "l40s": "L40S (Ada): the A100 family's shape terms with its own MAMF row for the level "
             "(kernels_extra.csv line 13); HBM-measured memory efficiency on its GDDR6, A100 "
             "FlashAttention-2 fractions, PCIe Gen4 between the GPUs (all assumed).",

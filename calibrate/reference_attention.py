@@ -300,12 +300,13 @@ def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
     if key.startswith("a100"):
         curves = {**_both_directions("flash", c["A100:flash:fb"].curve),
                   **_both_directions("flash1", c["A100:flash1:fb"].curve)}
-    elif key in ("h100-sxm", "h200-sxm", "h100-pcie", "h800"):
+    elif key in ("h100-sxm", "h200-sxm", "h100-pcie", "h800", "gh200"):
         curves = {k.split(":", 1)[1]: v.curve for k, v in c.items()
                   if k.startswith("H100:") and not k.endswith(":fb")}
         curves.update(_both_directions("flash1", c["H100:flash1:fb"].curve))
-        if key in ("h200-sxm", "h800"):
-            curves = _relabel(curves, f"{key[:4].upper()} = H100 compute (same GH100 die)")
+        if key in ("h200-sxm", "h800", "gh200"):
+            name = "GH200" if key == "gh200" else key[:4].upper()
+            curves = _relabel(curves, f"{name} = H100 compute (same GH100 die)")
         elif key == "h100-pcie":
             curves = _relabel(curves, "assumed: H100 PCIe reaches the H100 SXM fraction of "
                               "its own peak (same GH100 SM; no H100 PCIe attention row), held "

@@ -51,6 +51,11 @@ DATASHEET: Mapping[str, Datasheet] = {
                        "fp8": 1979.0}, 3350.0, 132, 200.0,
                       "gpus.json 'h800' (the H100 SXM5 row, gpus.csv line 10: same GH100 die); "
                       "NVLink 200 GB/s/dir (links.json 'nvlink4-h800')"),
+    "gh200": Datasheet({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                        "fp8": 1979.0}, 4000.0, 132, 450.0,
+                       "gpus.json 'gh200' (the H100 SXM5 peaks, gpus.csv line 10: same GH100 "
+                       "die; 96 GB HBM3 at 4 TB/s and NVLink 150 GB/s/dir to each of 3 peers: "
+                       "JSC JUPITER configuration page)"),
     "b300": Datasheet({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0,
                        "fp8": 4500.0}, 7700.0, 160, 900.0, "gpus.csv line 18; links.csv line 10"),
     "gb200": Datasheet({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0,

@@ -31,7 +31,7 @@ from .reference_data import DATASHEET
 # cuBLAS picks among several CTA tiles per shape; the best of this set is what its
 # heuristics approach (CUTLASS's default SM80/SM90 tile shapes).
 CUBLAS_TILES = ((128, 128), (128, 256), (256, 128), (64, 128), (128, 64), (64, 256), (256, 64))
-PERSISTENT_KERNEL_GPUS = ("h100-sxm", "h200-sxm", "h800", "h100-pcie", "b200", "gb200", "b300",
+PERSISTENT_KERNEL_GPUS = ("h100-sxm", "h200-sxm", "h800", "gh200", "h100-pcie", "b200", "gb200", "b300",
                           "gb300")
 MEMORY_BW_EFF = 2903.0 / 3350.0      # kernels.csv line 37 (H100 D2D copy), see memory_model()
 
@@ -307,7 +307,9 @@ def fp8_grouped(refs: GemmRefs) -> Coefficient:
 
 def hopper_gemm(key: str, refs: GemmRefs) -> GemmModel:
     tag = {"h100-sxm": "", "h800": "H800 = H100 compute (same GH100 die, 700 W; only its "
-           "NVLink is cut)"}.get(key, "H200 = H100 compute (same GH100 die, 700 W)")
+           "NVLink is cut)", "gh200": "GH200 = H100 compute (same GH100 die and 132 SMs; the "
+           "H100 SXM 700 W ceiling assumed for its 680 W superchip, see the profile notes)"
+           }.get(key, "H200 = H100 compute (same GH100 die, 700 W)")
     eff, kh, launch = _family_coefs(refs.hopper, key, tag)
     kh8 = _fp8_k_half(kh, key)
     fp8_rows = [mamf(refs.kern, g, "fp8") for g in ("H100 SXM", "H200 SXM")]

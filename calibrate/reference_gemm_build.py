@@ -45,7 +45,7 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
     a100 = a100_gemm("a100-sxm-80gb", refs, transferred(launch, "A100"))
     if key.startswith("a100"):
         return a100 if key == "a100-sxm-80gb" else a100_gemm(key, refs, a100.launch_us)
-    if key in ("h100-sxm", "h200-sxm", "h800"):
+    if key in ("h100-sxm", "h200-sxm", "h800", "gh200"):
         g = hopper_gemm(key, refs)
     elif key in BLACKWELL_MAMF:
         g = blackwell_gemm(key, refs)

@@ -26,7 +26,8 @@ GRACE_HOSTS = ("gb200", "gb300")
 
 
 def _linear_row(key: str, rows: Sequence[Row]) -> Row:
-    want = "GB200" if key in GRACE_HOSTS else "H100 SXM (DGX, Xeon 8480C host)"
+    want = "GB200" if key in GRACE_HOSTS else "GH200" if key == "gh200" else \
+        "H100 SXM (DGX, Xeon 8480C host)"
     return select(rows, lambda d: d["gpu"] == want
                   and d["kernel"].startswith("torch.nn.Linear forward"))[0]
 
@@ -53,8 +54,9 @@ def host_for(key: str) -> HostModel:
     lin = _linear_row(key, rows)
     p = _probe(mech)
     base = float(lin.data["value"])
-    host = "Grace (GB200)" if key in GRACE_HOSTS else "x86 (Xeon 8480C, DGX H100)"
-    x86 = "" if key in ("gb200", "h100-sxm") else \
+    host = "Grace (GB200)" if key in GRACE_HOSTS else "Grace (GH200)" if key == "gh200" \
+        else "x86 (Xeon 8480C, DGX H100)"
+    x86 = "" if key in ("gb200", "h100-sxm", "gh200") else \
         "; GB300's Grace host assumed as fast as GB200's" if key in GRACE_HOSTS else \
         "; every x86 server host assumed as fast as the Xeon 8480C"
     fwd_src = (f"{base} us CPU time per torch.nn.Linear forward in eager PyTorch on a {host} "

@@ -178,7 +178,7 @@ def test_sibling_gpus_carry_their_own_mamf_rows():
 
 
 @pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-pcie", "h800", "b300", "gb300", "mi325x",
-                                 "l40s"])
+                                 "l40s", "gh200"])
 def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
     from simulator.cli.main import main
     args = ["simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--dp", "8",
@@ -204,6 +204,42 @@ def test_h800_is_h100_compute_on_its_own_nvlink():
     assert "transferred" in h800.links["nvlink"].bw_eff.source
     cl = hdb.build_cluster("h800", 16)
     assert cl.node.gpus_per_node == 8 and cl.gpu.key == "h800"
+
+
+def test_gh200_is_h100_compute_on_a_four_gpu_mesh_with_a_grace_host():
+    """GH200 (JUPITER's configuration): H100 compute (same GH100 die, 132 SMs), the Grace
+    host's own measured Linear call (33.17 us, host_overhead.csv line 4, against 13.48 us
+    on a DGX H100's Xeon), four GPUs per node in an NVLink mesh (150 GB/s per direction per
+    pair, no NVLS) and four 200 Gb/s NICs. A large 4-GPU all-reduce on the mesh runs at
+    what the carried NVLink efficiency gives at the per-GPU bandwidth, and a layer's host
+    time is the Grace/x86 ratio of the H100's."""
+    import hardware_db as hdb
+    from simulator.cost.host import eager_host_us
+    from simulator.cost.layer import group_collective_s
+    from simulator.network.collectives import Collective
+    from simulator.parallel.placement import place_group
+    from simulator.workload.ops import layer_ops
+    from simulator.workload.presets import get_preset
+    h100, gh = (Profile.read_json(PROFILE_DIR / f"{k}.json") for k in ("h100-sxm", "gh200"))
+    for d in ("bf16", "fp8"):
+        assert gh.gemm.eff_max[d].value == h100.gemm.eff_max[d].value
+        assert gh.gemm.sustained_eff[d].value == h100.gemm.sustained_eff[d].value
+    assert gh.host.op_fwd_us.value == 33.17 and h100.host.op_fwd_us.value == 13.48
+    cl = hdb.build_cluster("gh200", 16)
+    assert (cl.node.gpus_per_node, cl.node.scale_up_domain_gpus, cl.node.nics_per_node) == \
+        (4, 4, 4)
+    assert cl.node.scale_up.key == "nvlink4-gh200-quad" and not cl.node.in_switch_reduction
+    assert cl.node.nic.bandwidth_gbytes_per_s == 25.0 and cl.gpu.mem_bytes == 96e9
+    size = 1 << 30
+    t = group_collective_s(Collective.ALL_REDUCE, size, place_group(cl, "tp", 4, 1), gh)
+    busbw = 2 * 3 / 4 * size / t / 1e9
+    assert busbw == pytest.approx(gh.links["nvlink"].bw_eff.value * 450.0, rel=0.05)
+    from simulator.engine.stage_work import layer_shape
+    from simulator.parallel.plan import Plan
+    model = get_preset("llama3-8b")
+    ops = layer_ops(model, layer_shape(model, Plan(global_batch=1)))
+    assert eager_host_us(ops, gh, False) / eager_host_us(ops, h100, False) == \
+        pytest.approx(33.17 / 13.48, rel=1e-6)
 
 
 def test_l40s_level_is_solved_from_its_own_mamf_row():
