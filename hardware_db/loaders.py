@@ -63,9 +63,23 @@ def list_gpus() -> list[str]:
     return sorted(_gpus())
 
 
+_VENDOR_PREFIXES = ("nvidia-", "amd-", "tesla-", "intel-")
+
+
 def resolve_gpu_key(key: str) -> str:
-    """Canonical GPU key for ``key`` or an alias of it."""
-    return _resolve(key, _gpus(), "gpu")
+    """Canonical GPU key for ``key`` or an alias of it; a vendor prefix as the driver
+    reports names ("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X") is dropped."""
+    try:
+        return _resolve(key, _gpus(), "gpu")
+    except InvalidInputError:
+        k = _norm(key) if isinstance(key, str) else ""
+        for p in _VENDOR_PREFIXES:
+            if k.startswith(p):
+                try:
+                    return _resolve(k[len(p):], _gpus(), "gpu")
+                except InvalidInputError:
+                    break
+        raise
 
 
 def gpu_entry(key: str) -> Mapping[str, Any]:

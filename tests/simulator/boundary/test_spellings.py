@@ -99,3 +99,17 @@ def test_link_family_names_keep_the_gpus_own_link():
     with pytest.raises(InvalidInputError) as ei:       # an L40S node has no NVLink
         hardware_db.build_cluster("l40s", 8, scale_up="nvlink")
     assert ei.value.field == "scale_up"
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("AMD Instinct MI300X", "mi300x"), ("NVIDIA H200", "h200-sxm")])
+def test_gpu_names_as_the_driver_reports_them(name, key):
+    assert hardware_db.resolve_gpu_key(name) == key
+
+
+def test_an_unknown_gpu_behind_a_vendor_prefix_is_still_refused():
+    with pytest.raises(InvalidInputError) as ei:
+        hardware_db.resolve_gpu_key("NVIDIA RTX 9999")
+    assert ei.value.field == "gpu"
