@@ -39,8 +39,8 @@ from .reference_host import host_for
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
-            "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x",
-            "l40s")
+            "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x",
+            "mi325x", "l40s")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -114,8 +114,9 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
         fits["nvlink_h200"] = nv.fit
         if key == "gh200":
             nv = L.transferred_link(nv, "GH200 (the same NVLink 4 ports as H100/H200, wired "
-                                    "as a 4-GPU mesh without NVSwitch: efficiencies carried, "
-                                    "the mesh's 150 GB/s per pair is the fabric model's)")
+                                    "as a 4-GPU mesh without NVSwitch: efficiencies carried; "
+                                    "a group of m GPUs of the node reaches (m - 1) / 3 of "
+                                    "450 GB/s, Fabric.scale_up_share; no NVLS)")
         if key == "h800":
             nv = L.transferred_link(nv, "H800 (the same NVLink 4 ports and NVSwitch gen3 as "
                                     "H100/H200, fewer of them: efficiencies carried, the "

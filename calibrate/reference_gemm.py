@@ -31,8 +31,8 @@ from .reference_data import DATASHEET
 # cuBLAS picks among several CTA tiles per shape; the best of this set is what its
 # heuristics approach (CUTLASS's default SM80/SM90 tile shapes).
 CUBLAS_TILES = ((128, 128), (128, 256), (256, 128), (64, 128), (128, 64), (64, 256), (256, 64))
-PERSISTENT_KERNEL_GPUS = ("h100-sxm", "h200-sxm", "h800", "gh200", "h100-pcie", "b200", "gb200", "b300",
-                          "gb300")
+PERSISTENT_KERNEL_GPUS = ("h100-sxm", "h200-sxm", "h800", "gh200", "h100-pcie", "b200", "gb200",
+                          "b300", "gb300")
 MEMORY_BW_EFF = 2903.0 / 3350.0      # kernels.csv line 37 (H100 D2D copy), see memory_model()
 
 

@@ -44,6 +44,8 @@ def _pick_nic(base: LinkSpec, kind: LinkKind | None, gbits: float | None) -> Lin
     ``base`` (or a catalogue entry of that kind) with the bandwidth replaced."""
     if gbits is not None and (isinstance(gbits, bool) or not gbits > 0):
         raise InvalidInputError("nic_gbits_per_s", gbits, "a positive bandwidth in Gb/s")
+    if gbits is None and (kind is None or kind == base.kind):
+        return base                              # the node's own NIC, key and sources kept
     kind = kind or base.kind
     gbytes = base.bandwidth_gbytes_per_s if gbits is None else float(gbits) / 8.0
     same_kind = [loaders.load_link(k) for k in loaders.list_nic_links()

@@ -122,7 +122,8 @@ def load_link(key: str, field: str = "link") -> LinkSpec:
     e = _links()[canon]
     return LinkSpec(key=canon, kind=LinkKind(e["kind"]),
                     bandwidth_gbytes_per_s=float(e["bandwidth_gbytes_per_s"]),
-                    latency_us=float(e["latency_us"]), source=_joined_sources(e["sources"]))
+                    latency_us=float(e["latency_us"]), source=_joined_sources(e["sources"]),
+                    mesh=e.get("fabric") == "mesh")
 
 
 def list_scale_up_links() -> list[str]:

@@ -7,8 +7,12 @@ engine plays them (``step.stage_units``, ``step.pipeline_sends``, ``ds_pipe``):
   adds that time to the stage's work per micro-batch;
 * DeepSpeed's engine (``ds_pipe.uses_rendezvous``): the sender's stream holds for the send
   and the receiver's for the send and the all-gather, both per hand-off;
-* overlapped sends: the stream is free; the hand-offs of the first forward and the last
-  backward still lie on the pipeline's fill and drain, ``2 (pp - 1)`` of them.
+* overlapped sends: the stream is free.
+
+Either way the hand-offs of the first forward and of the last backward lie on the
+pipeline's fill and drain, ``2 (pp - 1)`` of them, one per hop (a DeepSpeed send and its
+receive are one transfer); the stream's per-micro-batch hand-offs count once per
+micro-batch, not again in the fill and drain.
 """
 from __future__ import annotations
 
@@ -43,8 +47,6 @@ def stream_handoff_s(plan: Plan, stage: int, times: tuple[float, float]) -> floa
 
 
 def fill_drain_handoff_s(plan: Plan, times: tuple[float, float]) -> float:
-    """Hand-off seconds on the critical path outside the stages' streams: with overlapped
-    sends, the ``pp - 1`` hand-offs of the first forward and of the last backward."""
-    if plan.pp == 1 or plan.pp_blocking_p2p or uses_rendezvous(plan):
-        return 0.0
-    return 2 * (plan.pp - 1) * times[1]
+    """Hand-off seconds on the pipeline's fill and drain: the ``pp - 1`` hops of the first
+    forward and of the last backward, each a send and what follows it on arrival."""
+    return 0.0 if plan.pp == 1 else 2 * (plan.pp - 1) * times[1]

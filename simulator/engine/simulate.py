@@ -150,27 +150,33 @@ def _analytic_step(stages, plan, cluster, prof, groups, model):
     share = chunk_share(plan.schedule)
     spans = [stage_span(chunks, plan, prof, s) for s, chunks in enumerate(stages)]
     times = transfer_times_s(pipeline_send_costs(model, plan, cluster, prof, groups))
-    held = [m * stream_handoff_s(plan, s, times) for s in range(len(stages))]
-    per_mb = [(sp.span_s + h) / m for sp, h in zip(spans, held)]
-    crit = max(range(len(per_mb)), key=lambda i: (per_mb[i], -i))
-    t, sp = per_mb[crit], spans[crit]
+    held = [share * m * stream_handoff_s(plan, s, times) for s in range(len(stages))]
+    crit = max(range(len(spans)), key=lambda i: (spans[i].span_s + held[i], -i))
+    sp = spans[crit]
     if splits_backward(plan.schedule):
         pipe = sp.span_s + held[crit] + closed_form_bubble_s(
             plan.schedule, plan.pp, *_fbw(stages[crit], share),
             pair_saving_s=_pair_saving(stages[crit], share, prof))
+    elif plan.pp > 1 and plan.vpp == 1:
+        # 1F1B / GPipe: the first micro-batch's forward runs through every stage and the
+        # last one's backward back, each stage at its own pace; between them the slowest
+        # stage (with its stream's hand-offs) sets the rate: sum_s (F_s + B_s) + (m - 1) t
+        # (equal stages: (m + pp - 1) t, Narayanan et al. 2021), plus one hand-off per hop
+        pipe = sum(x.span_s for x in spans) / m + (m - 1) * (sp.span_s + held[crit]) / m
+    elif plan.pp > 1:
+        pipe = sp.span_s + held[crit] + (plan.pp - 1) / plan.vpp * sp.span_s / m
     else:
-        pipe = (m + (plan.pp - 1) / plan.vpp) * t if plan.pp > 1 else sp.span_s
-    pipe += fill_drain_handoff_s(plan, times)
-    # each stage's tail after the pipeline: its exposed gradient reduction, the slowdown it
-    # causes and its optimizer step; the stage that ends last is the critical one, as in
-    # the event engine (1F1B: usually stage 0, whose backward ends last)
-    tails = [_stage_tail(s, stages, plan, cluster, prof, groups) for s in range(len(stages))]
-    end = max(range(len(tails)), key=lambda i: (sum(tails[i]), -i))
-    dp_exposed, dp_int, opt = tails[end]
+        pipe = sp.span_s
+    if not splits_backward(plan.schedule):
+        pipe += fill_drain_handoff_s(plan, times)
+    # each stage's tail after its last backward: exposed reduction, interference, optimizer
+    ends = _stage_ends(stages, plan, cluster, prof, groups, crit)
+    end = max(ends, key=lambda i: (sum(ends[i][1:]) - ends[i][0], -i))
+    lead, dp_exposed, dp_int, opt = ends[end]
     sp = spans[end]
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": dp_exposed,
-             "pp": held[end], "bubble": pipe - sp.span_s - held[end], "optimizer": opt,
-             "interference": dp_int, "host": sp.span_s - sp.device_s}
+             "pp": held[end], "bubble": pipe - lead - sp.span_s - held[end],
+             "optimizer": opt, "interference": dp_int, "host": sp.span_s - sp.device_s}
     for c in stages[end]:
         for pc in (c.fwd, c.bwd):
             parts["compute"] += share * m * pc.compute_s
@@ -178,22 +184,42 @@ def _analytic_step(stages, plan, cluster, prof, groups, model):
             for g, v in pc.comm_s.items():
                 parts[g] = parts.get(g, 0.0) + share * m * v
     _pairs_in_parts(parts, stages[end], plan, end, prof)
-    return (pipe + dp_exposed + dp_int + opt, end, parts,
+    return (pipe - lead + dp_exposed + dp_int + opt, end, parts,
             sp.device_s + sp.host_on_stream_s + held[end] + opt + dp_int, [])
 
 
-def _stage_tail(s, stages, plan, cluster, prof, groups) -> tuple[float, float, float]:
+def _stage_ends(stages, plan, cluster, prof, groups, crit
+                ) -> dict[int, tuple[float, float, float, float]]:
+    """Stage -> (how long before the pipeline's end its last backward ends, then its exposed
+    gradient reduction, the interference, the optimizer step). In plain 1F1B / GPipe stage
+    ``s``'s last backward ends the backward passes of the stages before it earlier than
+    stage 0's, and the stage that ends last is the critical one, as in the event engine.
+    With virtual or split stages the slowest stage stands for all, its reduction credited
+    with the drain of ``crit`` backward passes (their drains hide a chunk's reduction
+    behind the other chunk's passes, which this form does not follow)."""
+    if plan.vpp > 1 or splits_backward(plan.schedule):
+        last_b = min((c.bwd.total_s for c in stages[crit]), default=0.0)
+        return {crit: (0.0, *_stage_tail(crit, stages, plan, cluster, prof, groups,
+                                         crit * last_b))}
+    out, lead = {}, 0.0
+    for s in range(len(stages)):
+        out[s] = (lead, *_stage_tail(s, stages, plan, cluster, prof, groups, 0.0))
+        lead += min((c.bwd.total_s for c in stages[s]), default=0.0)
+    return out
+
+
+def _stage_tail(s, stages, plan, cluster, prof, groups, drain: float
+                ) -> tuple[float, float, float]:
     """(exposed gradient reduction, its interference, optimizer step) of stage ``s`` after
-    the pipeline ends. The reduction hides beside the backward passes after the first
+    its last backward. The reduction hides beside the backward passes after the first
     bucket's release, which it slows (dp_overlap_s / dp_interference_s, as the event engine
-    plays them), beside the interference itself and beside the pipeline's drain: stage
-    ``s``'s backward ends about ``s`` backward passes before stage 0's."""
+    plays them), beside the interference itself and beside ``drain`` seconds of other
+    stages' passes."""
     chunks = stages[s]
     last_b = {c.chunk: c.bwd.total_s for c in chunks}
     dp, window = dp_overlap_s(last_b, chunks, plan, prof, groups) \
         if plan.zero_stage < 3 else (0.0, 0.0)
     dp_int = overlap_interference_s(dp, window, plan, prof, groups)
-    drain = s * min(last_b.values(), default=0.0)
     dp_exposed = max(0.0, dp - window - dp_int - drain) if plan.dp_overlap else dp
     if plan.zero_stage in (1, 2) and not plan.dp_overlap:
         dp_exposed += param_gather_time_s(chunks, plan, groups, prof)

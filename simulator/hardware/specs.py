@@ -88,6 +88,10 @@ class LinkSpec:
     bandwidth_gbytes_per_s: float             # per direction, per port/GPU as the key says
     latency_us: float
     source: str = ""
+    # a scale-up fabric wired GPU to GPU without a switch (xGMI, a 4-GPU NVLink mesh): each
+    # peer gets bandwidth / (domain - 1), so a group of m members in the domain reaches
+    # (m - 1) / (domain - 1) of it (``network.price``)
+    mesh: bool = False
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,15 @@ class Fabric:
     scale_up_latency_us: float = 0.0
     nic_latency_us: float = 0.0
     bw_scale: float = 1.0
+    scale_up_mesh: bool = False        # GPU-to-GPU links, no switch (``LinkSpec.mesh``)
+
+    def scale_up_share(self, members: int) -> float:
+        """Share of a GPU's scale-up bandwidth a group of ``members`` in one domain can
+        use: all of it through a switch; on a mesh the links to its ``members - 1`` peers
+        of the ``domain_gpus - 1`` (RCCL / NCCL run rings over every such link at once)."""
+        if not self.scale_up_mesh or self.domain_gpus <= 2:
+            return 1.0
+        return min(1.0, max(1, members - 1) / (self.domain_gpus - 1))
 
     # ---- counts ------------------------------------------------------------------------
     @property
@@ -157,8 +166,9 @@ def fabric_of(cluster: ClusterSpec) -> Fabric:
         leaf_down_ports=cluster.leaf_down_ports, switch_radix=cluster.switch_radix,
         oversubscription=cluster.oversubscription,
         core_oversubscription=cluster.core_oversubscription, planes=cluster.planes,
-        sharp=cluster.in_network_reduction, net_ll=cluster.net_ll_protocol, scale_up_latency_us=node.scale_up.latency_us,
-        nic_latency_us=node.nic.latency_us)
+        sharp=cluster.in_network_reduction, net_ll=cluster.net_ll_protocol,
+        scale_up_latency_us=node.scale_up.latency_us, nic_latency_us=node.nic.latency_us,
+        scale_up_mesh=node.scale_up.mesh)
 
 
 # ---- where a group lands ---------------------------------------------------------------------

@@ -202,6 +202,8 @@ def _phase(ph: Phase, shape: GroupShape, fabric: Fabric, c: Coefs, background):
     best = None
     for proto in _protocols(ph, fabric, c):
         caps = _capacities(fabric, c, proto)
+        if Tier.SCALE_UP in caps:                   # a mesh: only the links to the peers
+            caps[Tier.SCALE_UP] *= fabric.scale_up_share(ph.m)
         if ph.algo == Algo.PAIRWISE and ph.k > 1:
             bw_s, busy = _a2a_rounds_s(ph, shape, fabric, caps, background)
         else:

@@ -1,0 +1,55 @@
+"""A scale-up fabric wired GPU to GPU without a switch (MI300X's xGMI, a 4-GPU GH200 NVLink
+mesh): each pair has its own link of aggregate / (domain - 1), so a group of m members of
+a domain reaches (m - 1) / (domain - 1) of a GPU's scale-up bandwidth
+(``Fabric.scale_up_share``); through a switch any group gets all of it. The graph model
+(``hardware_db.topology``) wires the same per-peer edges."""
+from __future__ import annotations
+
+import hardware_db
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.cost.layer import group_collective_s
+from simulator.network.collectives import Collective
+from simulator.parallel.placement import place_group
+
+SIZE = 1 << 30
+
+
+def _busbw(gpu: str, members: int, n_gpus: int = 8) -> float:
+    prof, cl = hardware_db.load_profile(gpu), hardware_db.build_cluster(gpu, n_gpus)
+    t = group_collective_s(Collective.ALL_REDUCE, SIZE, place_group(cl, "tp", members, 1), prof)
+    return 2 * (members - 1) / members * SIZE / t / 1e9
+
+
+@pytest.mark.parametrize("gpu, link, domain", [("mi300x", "xgmi-mi300x", 8),
+                                               ("gh200", "nvlink4-gh200-quad", 4)])
+def test_a_pair_on_a_mesh_gets_one_link(gpu, link, domain):
+    prof, cl = hardware_db.load_profile(gpu), hardware_db.build_cluster(gpu, 8)
+    kind = cl.node.scale_up.kind.value
+    per_peer = hardware_db.load_link(link).bandwidth_gbytes_per_s / (domain - 1)
+    t = group_collective_s(Collective.SEND_RECV, SIZE, place_group(cl, "pp", 2, 1), prof)
+    assert SIZE / t / 1e9 == pytest.approx(prof.links[kind].bw_eff.value * per_peer, rel=0.02)
+    # the whole domain uses every link: the aggregate at the same efficiency
+    assert _busbw(gpu, domain) > (domain - 1) * 0.9 * _busbw(gpu, 2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(a=st.sampled_from([2, 4, 8]), b=st.sampled_from([2, 4, 8]))
+def test_more_members_never_less_bandwidth_per_gpu(a, b):
+    lo, hi = sorted((a, b))
+    assert _busbw("mi300x", hi) >= _busbw("mi300x", lo) * (1 - 1e-9)
+
+
+def test_a_switch_gives_a_pair_the_whole_port():
+    prof = hardware_db.load_profile("h100-sxm")
+    assert _busbw("h100-sxm", 2) == pytest.approx(prof.links["nvlink"].bw_eff.value * 450.0,
+                                                  rel=0.05)
+
+
+def test_the_graph_model_wires_the_same_per_peer_links():
+    g = hardware_db.build_cluster("gh200", 4, build_graph=True).graph
+    edges = [d["bandwidth_gbytes_per_s"] for a, b, d in g.edges(data=True)
+             if d["tier"] == "scale_up"]
+    assert edges and all(e == pytest.approx(150.0) for e in edges)
