@@ -153,7 +153,15 @@ def _analytic_step(stages, plan, cluster, prof, groups, model):
     held = [share * m * stream_handoff_s(plan, s, times) for s in range(len(stages))]
     crit = max(range(len(spans)), key=lambda i: (spans[i].span_s + held[i], -i))
     sp = spans[crit]
-    if splits_backward(plan.schedule):
+    if plan.schedule == Schedule.ZB_H1 and plan.pp > 1:
+        # ZB-H1 as 1F1B below, its W passes filling (pp - 1) W of the drain (Qi et al.:
+        # (pp - 1)(F + B - W) at equal stages)
+        fbw = [_fbw(ch, share) for ch in stages]
+        w = fbw[crit][2]
+        pipe = max(sp.span_s + held[crit],
+                   sum(f + b for f, b, _ in fbw) + w + (m - 1) * (sp.span_s + held[crit]) / m
+                   - (plan.pp - 1) * w)
+    elif splits_backward(plan.schedule):
         pipe = sp.span_s + held[crit] + closed_form_bubble_s(
             plan.schedule, plan.pp, *_fbw(stages[crit], share),
             pair_saving_s=_pair_saving(stages[crit], share, prof))
@@ -198,7 +206,9 @@ def _stage_ends(stages, plan, cluster, prof, groups, crit
     with the drain of ``crit`` backward passes (their drains hide a chunk's reduction
     behind the other chunk's passes, which this form does not follow)."""
     if plan.vpp > 1 or splits_backward(plan.schedule):
-        last_b = min((c.bwd.total_s for c in stages[crit]), default=0.0)
+        # ZB-H1 defers every stage's W passes into its drain: no stage ends early
+        last_b = 0.0 if plan.schedule == Schedule.ZB_H1 else \
+            min((c.bwd.total_s for c in stages[crit]), default=0.0)
         return {crit: (0.0, *_stage_tail(crit, stages, plan, cluster, prof, groups,
                                          crit * last_b))}
     out, lead = {}, 0.0

@@ -58,7 +58,7 @@ def test_blocking_sends_cost_the_analytic_step_their_stream_time():
 
 
 @pytest.mark.parametrize("framework", ["megatron-core", "megatron-deepspeed", "megatron-lm"])
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1"])
 def test_unequal_stages_and_few_micro_batches(framework, schedule):
     """Llama-2-7B cut to 8 layers over 8 stages with 8 micro-batches: the last stage holds
     the output layer, so the stages are unequal and the fill and drain run through each at
@@ -70,6 +70,9 @@ def test_unequal_stages_and_few_micro_batches(framework, schedule):
                                precision="bf16", schedule=schedule), framework)
     ev = simulate(model, plan, cluster, PROF, engine="event")
     an = simulate(model, plan, cluster, PROF, engine="analytic")
-    tol = 0.08 if (framework, schedule) == ("megatron-deepspeed", "gpipe") else 0.015
+    # DeepSpeed runs neither GPipe's nor ZB-H1's order with its rendezvous exactly as the
+    # closed form assumes; ZB-H1's W passes fill the drain only approximately
+    tol = {("megatron-deepspeed", "gpipe"): 0.08, ("megatron-deepspeed", "zb-h1"): 0.10}.get(
+        (framework, schedule), 0.05 if schedule == "zb-h1" else 0.015)
     assert an.step_time_s == pytest.approx(ev.step_time_s, rel=tol)
     assert sum(an.breakdown.as_dict().values()) == pytest.approx(an.step_time_s)
