@@ -155,7 +155,8 @@ def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
                                 causal=op.causal, seq_q=op.m, batch=op.batch,
                                 grid_rows=op.grid_rows)
     if op.kind == OpKind.MEMORY:
-        return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.kernels, kind=op.mem_kind)
+        return memory_time_s(op.bytes_moved, gpu, prof, kernels=op.launches or op.kernels,
+                             kind=op.mem_kind)
     return 0.0
 
 

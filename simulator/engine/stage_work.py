@@ -134,6 +134,7 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       attention_kernel=plan.attention.value,
                       dropout=plan.memory.dropout, loss=plan.memory.loss.value,
                       fused_swiglu=plan.memory.fused_swiglu,
+                      eager_elementwise=plan.memory.eager_elementwise,
                       moe_weighted_activation=plan.memory.moe_weighted_activation,
                       moe_dispatcher=plan.moe_dispatcher)
 

@@ -89,6 +89,26 @@ def _load_losses() -> dict[str, LossBytes]:
 
 
 LOSS_BYTES = _load_losses()
+
+
+@dataclass(frozen=True)
+class EagerTraffic:
+    """One eager elementwise op per element: bytes moved and kernels launched forward and
+    backward, bytes autograd saves (``frameworks.json`` "eager_elementwise")."""
+
+    fwd_bytes: float
+    bwd_bytes: float
+    fwd_kernels: int
+    bwd_kernels: int
+    saved_bytes: float
+
+
+def _load_eager() -> dict[str, EagerTraffic]:
+    data = json.loads(DATA.read_text())["eager_elementwise"]
+    return {k: EagerTraffic(**v) for k, v in data.items() if isinstance(v, dict)}
+
+
+EAGER = _load_eager()
 LOSSES = tuple(LOSS_BYTES)
 BUCKETS = ("views", "copies", "ipg")
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -122,6 +142,7 @@ class FrameworkMemory:
     optimizer_offload: bool = False
     fp8_primary_weights: bool = False
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
+    eager_elementwise: bool = False          # the model code's norms, RoPE, SwiGLU run eagerly
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),

@@ -63,6 +63,7 @@ class MemoryConventions:
     fsdp_reduce_fp32: bool = False           # FSDP's reduce-scatter in fp32 (else 16-bit)
     fsdp_pp_once_per_step: bool = False      # with PP: gather / reduce once per step
     moe_weighted_activation: bool = False    # MoE combine keeps no expert outputs
+    eager_elementwise: bool = False          # norms, RoPE, SwiGLU as eager model code
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -117,4 +118,5 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         dp_bucket_buffer_elements=fw.dp_bucket_buffer_elements,
         fsdp_prefetch_layers=fw.fsdp_prefetch_layers, fsdp_root_resharded=fw.fsdp_root_resharded,
         fsdp_reduce_fp32=fw.fsdp_reduce_fp32, fsdp_pp_once_per_step=fw.fsdp_pp_once_per_step,
-        moe_weighted_activation=fw.moe_weighted_activation, framework=fw.name)
+        moe_weighted_activation=fw.moe_weighted_activation,
+        eager_elementwise=fw.eager_elementwise, framework=fw.name)

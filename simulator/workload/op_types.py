@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from ..frameworks.defaults import EAGER
 from ..network.collectives import Collective
-from .spec import MLP, TransformerSpec
+from .spec import MLP, Norm, TransformerSpec
 
 
 class OpKind(str, Enum):
@@ -57,6 +58,10 @@ class Op:
     grouped: bool = False                    # GEMM: a grouped kernel (per-group weights, MoE)
     has_weights: bool = True                 # GEMM: one operand is a weight (False: attention's QK, AV)
     routing: FlexRouting | None = None       # COMM: a flex (DeepEP) dispatch / combine
+    # device kernel launches of a memory op where they differ from the ops the host
+    # counts (``kernels``): an eager norm is one op-graph op but eight kernels; backward's
+    bwd_launches: int = 0
+    launches: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,9 @@ class LayerShape:
     # (``frameworks.LOSS_BYTES``) and whether SwiGLU is one function saving its input
     loss: str = "megatron"
     fused_swiglu: bool = True
+    # the model code's RMSNorm, RoPE and SwiGLU as eager PyTorch ops (time and memory:
+    # ``frameworks.EAGER``); else one fused kernel each
+    eager_elementwise: bool = False
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
     moe_dispatcher: str = "alltoall"         # "flex": DeepEP dispatch/combine (Plan)
 
@@ -149,6 +157,25 @@ def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
               bwd_bytes=moved if bwd_same else -1.0)
 
 
+def eager_op(name: str, key: str, elems: float, sh: LayerShape, kind: str,
+             saved: float | None = None) -> Op:
+    """An elementwise op as eager model code runs it (``frameworks.EAGER[key]``, measured per
+    element in bf16; scaled by the activation width for other dtypes): its bytes and kernel
+    launches forward and backward, and what autograd keeps (``saved`` overrides)."""
+    t, w = EAGER[key], sh.act_bytes / 2.0
+    return Op(name, OpKind.MEMORY, bytes_moved=t.fwd_bytes * elems * w, dtype=sh.dtype,
+              saved_bytes=t.saved_bytes * elems * w if saved is None else saved,
+              bwd_bytes=t.bwd_bytes * elems * w, mem_kind=kind, launches=t.fwd_kernels,
+              bwd_launches=t.bwd_kernels)
+
+
+def norm_op(name: str, m: TransformerSpec, sh: LayerShape, elems: float) -> Op:
+    """A norm over ``elems`` activations (one fused kernel, or eager RMSNorm code)."""
+    if sh.eager_elementwise and m.norm == Norm.RMSNORM:
+        return eager_op(name, "rmsnorm", elems, sh, "norm")
+    return _mem(name, elems, elems, sh, saved=elems * sh.act_bytes, kind="norm")
+
+
 def _comm(name: str, coll: Collective, group: str, size: float, overlaps: str = "") -> Op:
     return Op(name, OpKind.COMM, collective=coll, group=group, comm_bytes=size,
               overlaps_with=overlaps)
@@ -196,8 +223,10 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     # a fused SwiGLU (Megatron's SwiGLUFunction, TE) saves its input only; eager
     # silu(a) * b also keeps silu(a) for the product's backward
     eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
-    ops.append(_mem(f"{name}_act", act_in, act_out, sh,
-                    saved=(act_in + (act_out if eager_glu else 0)) * ab))
+    act_saved = (act_in + (act_out if eager_glu else 0)) * ab
+    ops.append(eager_op(f"{name}_act", "swiglu", act_out, sh, "elementwise", act_saved)
+               if eager_glu and sh.eager_elementwise else
+               _mem(f"{name}_act", act_in, act_out, sh, saved=act_saved))
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
     if groups > 1:
         ops = [replace(o, grouped=True) if o.kind == OpKind.GEMM else o for o in ops]

@@ -28,7 +28,9 @@ from .op_types import (  # noqa: F401  (Op, OpKind, LayerShape, ... are this mod
     _leave_tp,
     _mem,
     _tokens,
+    eager_op,
     mlp_ops,
+    norm_op,
     with_fp8_casts,
 )
 from .spec import Position, TransformerSpec
@@ -39,7 +41,7 @@ def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op
     layer, forward). ``layer`` decides local (sliding-window) vs global attention."""
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
-    ops = [_mem("ln1", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
+    ops = [norm_op("ln1", m, sh, Ts * h)]
     ops += _enter_tp("ln1_allgather", m, sh, "qkv")
     if m.mla is not None:
         ops += mla_projection_ops(m, sh)
@@ -95,7 +97,10 @@ def _rope(elems: float, sh: LayerShape, name: str = "rope") -> Op:
     """Rotary embedding applied to Q and K (``elems`` = their elements): Megatron's fused
     RoPE (``--no-rope-fusion`` off by default, arguments.py l.2902) or TE's kernel reads
     and writes them once; its backward rotates the gradients back, the same bytes. Nothing
-    extra is saved (the rotated Q and K are what the attention core keeps)."""
+    extra is saved (the rotated Q and K are what the attention core keeps). Eager model
+    code (``LayerShape.eager_elementwise``): transformers' rotate_half passes."""
+    if sh.eager_elementwise and name == "rope":
+        return eager_op(name, "rope", elems, sh, "elementwise", saved=0.0)
     return _mem(name, elems, elems, sh, bwd_same=True)
 
 
@@ -301,9 +306,9 @@ def allgather_attention_ops(m: TransformerSpec, sh: LayerShape, full: float, io_
 def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
     """All forward ops of decoder layer ``layer`` for one micro-batch on one rank."""
     T, Ts = _tokens(m, sh)
-    h, ab = m.hidden, sh.act_bytes
+    h = m.hidden
     ops = attention_ops(m, sh, layer)
-    ops.append(_mem("ln2", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
+    ops.append(norm_op("ln2", m, sh, Ts * h))
     if m.is_moe_layer(layer):
         ops += moe_ops(m, sh)                    # the token dispatcher does its own TP comm
     else:
@@ -331,7 +336,7 @@ def head_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     T, Ts = _tokens(m, sh)
     h, ab = m.hidden, sh.act_bytes
     v = -(-m.vocab // sh.tp)
-    ops = [_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm")]
+    ops = [norm_op("final_ln", m, sh, Ts * h)]
     ops += _enter_tp("final_ln_allgather", m, sh, "logits")
     # The output layer stays 16-bit in FP8 training: FP8 frameworks quantise only the
     # decoder layers' linears (Megatron-Core's output_layer is a plain
@@ -370,7 +375,7 @@ def mtp_ops(m: TransformerSpec, sh: LayerShape, head: list[Op]) -> list[Op]:
                  # column-parallel over TP (Megatron's eh_proj), the gather not priced
                  _gemm("proj", T, h // sh.tp, 2 * h, sh, saved=2 * Ts * h * ab)]
         block += layer_ops(m, sh, m.n_layers - 1)
-        block.append(_mem("final_ln", Ts * h, Ts * h, sh, saved=Ts * h * ab, kind="norm"))
+        block.append(norm_op("final_ln", m, sh, Ts * h))
         block += head
         out += [replace(o, name=pre + o.name,
                         overlaps_with=pre + o.overlaps_with if o.overlaps_with else "")
@@ -409,7 +414,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
                                saved_bytes=0))
         elif op.kind == OpKind.MEMORY:
             moved = 2 * op.bytes_moved if op.bwd_bytes < 0 else op.bwd_bytes
-            out.append(replace(op, name=op.name + "_bwd", bytes_moved=moved, saved_bytes=0))
+            out.append(replace(op, name=op.name + "_bwd", bytes_moved=moved, saved_bytes=0,
+                               launches=op.bwd_launches or op.launches))
         else:
             out.append(_conjugate(op))
     return [o for o in out if o is not None]

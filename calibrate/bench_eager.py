@@ -1,0 +1,162 @@
+"""Device traffic of eager model code's elementwise ops, counted on this CPU.
+
+``python -m calibrate.bench_eager [--out CSV]`` runs HuggingFace ``transformers``' own Llama
+pieces forward and backward in bf16 under a ``TorchDispatchMode`` that records every aten
+op with the bytes of its tensor inputs and outputs (view ops, which move nothing, and
+allocations are left out):
+
+* ``rmsnorm``: ``LlamaRMSNorm`` (cast to fp32, pow, mean, rsqrt, multiply, cast back,
+  weight): per element of the (tokens x hidden) input;
+* ``rope``: ``apply_rotary_pos_emb`` with ``rotate_half`` (slices, neg, cat, mul, add) on
+  Q and K: per element of Q and K together;
+* ``swiglu``: ``LlamaMLP``'s ``act_fn(gate) * up`` (SiLU, then the product): per element
+  of the product.
+
+Bytes and kernels per element are what an op-graph op of that kind moves and launches on a
+GPU when the model code runs eagerly (the aten ops are the same on any device: the Python
+writes them out); ``saved`` is what autograd keeps for backward (distinct tensors, from
+``saved_tensors_hooks``). The fused kernels of Megatron-Core / Transformer Engine move 4 B
+(norm, RoPE: read and write one 16-bit tensor) and 6 B (SwiGLU: read two, write one) per
+element forward. Needs ``pip install transformers`` (skipped with a message otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CSV = ROOT / "hardware_db" / "data" / "measurements" / "eager_elementwise.csv"
+FIELDS = ("module", "metric", "value", "per", "transformers", "torch", "date", "method")
+# aten ops that allocate or alias without moving data
+_FREE = ("view", "_unsafe_view", "expand", "slice", "t", "transpose", "unsqueeze", "squeeze",
+         "as_strided", "detach", "alias", "permute", "select", "split", "split_with_sizes",
+         "unbind", "_reshape_alias", "reshape", "empty", "empty_like", "empty_strided",
+         "new_empty", "new_empty_strided", "zeros_like", "ones_like", "lift_fresh")
+
+
+def _nbytes(x) -> int:
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(y) for y in x)
+    return 0
+
+
+def _spy():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Spy(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.bytes, self.kernels = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.split(".")[0] not in _FREE:
+                self.bytes += _nbytes(list(args) + list((kwargs or {}).values())) + _nbytes(out)
+                self.kernels += 1
+            return out
+    return Spy()
+
+
+def traffic(fn, inputs, elements: int) -> dict[str, float]:
+    """Forward and backward bytes and kernels per element of ``fn`` on ``inputs`` (made
+    leaves that need gradients), and the bytes autograd saves."""
+    import torch
+    for x in inputs:
+        x.requires_grad_(True)
+    fwd = _spy()
+    with fwd:
+        out = fn(*inputs)
+    saved: dict[tuple, int] = {}
+
+    def pack(t):
+        saved[(t.data_ptr(), t.numel(), t.dtype)] = t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    bwd = _spy()
+    with bwd:
+        torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    return {"fwd_bytes": fwd.bytes / elements, "bwd_bytes": bwd.bytes / elements,
+            "fwd_kernels": float(fwd.kernels), "bwd_kernels": float(bwd.kernels),
+            "saved_bytes": sum(saved.values()) / elements}
+
+
+def measure(tokens: int = 512, hidden: int = 1024, heads: int = 8, ffn: int = 2816
+            ) -> dict[str, dict[str, float]]:
+    """The three modules' traffic per element (``module -> metric -> value``)."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (
+        LlamaRMSNorm,
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+    torch.manual_seed(0)
+    bf = torch.bfloat16
+    head_dim = hidden // heads
+    norm = LlamaRMSNorm(hidden).to(bf)
+    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=heads, head_dim=head_dim,
+                      max_position_embeddings=4 * tokens)
+    q = torch.randn(1, heads, tokens, head_dim, dtype=bf)
+    k = torch.randn(1, heads, tokens, head_dim, dtype=bf)
+    cos, sin = LlamaRotaryEmbedding(cfg)(q, torch.arange(tokens).unsqueeze(0))
+    act = torch.nn.SiLU()
+    return {
+        "rmsnorm": traffic(lambda x: norm(x), [torch.randn(tokens, hidden, dtype=bf)],
+                           tokens * hidden),
+        "rope": traffic(lambda a, b: apply_rotary_pos_emb(a, b, cos, sin), [q, k],
+                        2 * tokens * hidden),
+        "swiglu": traffic(lambda g, u: act(g) * u, [torch.randn(tokens, ffn, dtype=bf),
+                                                    torch.randn(tokens, ffn, dtype=bf)],
+                          tokens * ffn),
+    }
+
+
+PER = {"rmsnorm": "element of the (tokens x hidden) input",
+       "rope": "element of Q and K together",
+       "swiglu": "element of act(gate) * up"}
+
+
+def rows(result: dict[str, dict[str, float]]) -> list[dict[str, str]]:
+    import torch
+    import transformers
+    today = dt.date.today().isoformat()
+    method = ("calibrate.bench_eager: transformers' Llama module in bf16 on CPU, 512 tokens, "
+              "hidden 1024, 8 heads, ffn 2816; aten ops under TorchDispatchMode, bytes of "
+              "tensor inputs + outputs, views and allocations excluded")
+    return [{"module": m, "metric": k, "value": f"{v:.4f}", "per": PER[m],
+             "transformers": transformers.__version__, "torch": torch.__version__,
+             "date": today, "method": method}
+            for m, metrics in result.items() for k, v in metrics.items()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help=f"CSV to write (e.g. {CSV})")
+    a = ap.parse_args(argv)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("calibrate.bench_eager: needs `pip install transformers`; skipped",
+              file=sys.stderr)
+        return 0
+    out = rows(measure())
+    for r in out:
+        print(f"{r['module']:8s} {r['metric']:12s} {r['value']:>9s}  per {r['per']}")
+    if a.out:
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
