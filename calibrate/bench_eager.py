@@ -37,12 +37,13 @@ _FREE = ("view", "_unsafe_view", "expand", "slice", "t", "transpose", "unsqueeze
          "new_empty", "new_empty_strided", "zeros_like", "ones_like", "lift_fresh")
 
 
-def _nbytes(x) -> int:
+def tensor_bytes(x) -> int:
+    """Bytes of the tensors in ``x`` (a tensor, or lists / tuples of them; others: 0)."""
     import torch
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
     if isinstance(x, (list, tuple)):
-        return sum(_nbytes(y) for y in x)
+        return sum(tensor_bytes(y) for y in x)
     return 0
 
 
@@ -57,7 +58,8 @@ def _spy():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if func.__name__.split(".")[0] not in _FREE:
-                self.bytes += _nbytes(list(args) + list((kwargs or {}).values())) + _nbytes(out)
+                self.bytes += tensor_bytes(list(args) + list((kwargs or {}).values())) \
+                    + tensor_bytes(out)
                 self.kernels += 1
             return out
     return Spy()

@@ -17,15 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import hardware_db  # noqa: E402
+from calibrate.bench_eager import tensor_bytes as _nbytes  # noqa: E402
 from simulator.cost.host import device_copy_ops, fsdp_lane_ops  # noqa: E402
-
-
-def _nbytes(x) -> int:
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (list, tuple)):
-        return sum(_nbytes(y) for y in x)
-    return 0
 
 
 def _backward_traffic(use_orig_params: bool, reduce_dtype) -> tuple[dict, int, int]:
