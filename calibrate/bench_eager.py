@@ -15,7 +15,9 @@ allocations are left out):
 Bytes and kernels per element are what an op-graph op of that kind moves and launches on a
 GPU when the model code runs eagerly (the aten ops are the same on any device: the Python
 writes them out); ``saved`` is what autograd keeps for backward (distinct tensors, from
-``saved_tensors_hooks``). The fused kernels of Megatron-Core / Transformer Engine move 4 B
+``saved_tensors_hooks``). A broadcast view counts the storage it reads; a composite op
+the dispatch mode sees as one (``slice_backward``: zero-fill, then copy) counts what it
+runs. The fused kernels of Megatron-Core / Transformer Engine move 4 B
 (norm, RoPE: read and write one 16-bit tensor) and 6 B (SwiGLU: read two, write one) per
 element forward. Needs ``pip install transformers`` (skipped with a message otherwise).
 """
@@ -30,6 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "hardware_db" / "data" / "measurements" / "eager_elementwise.csv"
 FIELDS = ("module", "metric", "value", "per", "transformers", "torch", "date", "method")
+# composite ops the dispatch mode sees as one: (extra kernels, extra reads of the first
+# input). slice_backward zero-fills the full gradient and copies the slice in
+# (aten/src/ATen/native/TensorShape.cpp slice_backward: zeros + copy_): counted as its input
+# plus its output, it moves one slice more (the copy's write)
+_COMPOSITE = {"slice_backward": (1, 1)}
 # aten ops that allocate or alias without moving data
 _FREE = ("view", "_unsafe_view", "expand", "slice", "t", "transpose", "unsqueeze", "squeeze",
          "as_strided", "detach", "alias", "permute", "select", "split", "split_with_sizes",
@@ -37,13 +44,18 @@ _FREE = ("view", "_unsafe_view", "expand", "slice", "t", "transpose", "unsqueeze
          "new_empty", "new_empty_strided", "zeros_like", "ones_like", "lift_fresh")
 
 
-def tensor_bytes(x) -> int:
-    """Bytes of the tensors in ``x`` (a tensor, or lists / tuples of them; others: 0)."""
+def tensor_bytes(x, storage_bound: bool = False) -> int:
+    """Bytes of the tensors in ``x`` (a tensor, or lists / tuples of them; others: 0). With
+    ``storage_bound`` a broadcast (stride-0) view counts the storage it reads, not its
+    logical size."""
     import torch
     if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
+        n = x.numel() * x.element_size()
+        if storage_bound and n and 0 in x.stride():
+            n = min(n, x.untyped_storage().nbytes())
+        return n
     if isinstance(x, (list, tuple)):
-        return sum(tensor_bytes(y) for y in x)
+        return sum(tensor_bytes(y, storage_bound) for y in x)
     return 0
 
 
@@ -57,10 +69,13 @@ def _spy():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if func.__name__.split(".")[0] not in _FREE:
-                self.bytes += tensor_bytes(list(args) + list((kwargs or {}).values())) \
-                    + tensor_bytes(out)
-                self.kernels += 1
+            name = func.__name__.split(".")[0]
+            if name not in _FREE:
+                self.bytes += tensor_bytes(list(args) + list((kwargs or {}).values()), True) \
+                    + tensor_bytes(out, True)
+                extra_k, extra_reads = _COMPOSITE.get(name, (0, 0))
+                self.kernels += 1 + extra_k
+                self.bytes += extra_reads * tensor_bytes(args[0] if args else None, True)
             return out
     return Spy()
 
@@ -132,7 +147,8 @@ def rows(result: dict[str, dict[str, float]]) -> list[dict[str, str]]:
     today = dt.date.today().isoformat()
     method = ("calibrate.bench_eager: transformers' Llama module in bf16 on CPU, 512 tokens, "
               "hidden 1024, 8 heads, ffn 2816; aten ops under TorchDispatchMode, bytes of "
-              "tensor inputs + outputs, views and allocations excluded")
+              "tensor inputs + outputs (broadcast views at their storage), views and allocations "
+              "excluded, slice_backward's zero-fill and copy added")
     return [{"module": m, "metric": k, "value": f"{v:.4f}", "per": PER[m],
              "transformers": transformers.__version__, "torch": torch.__version__,
              "date": today, "method": method}

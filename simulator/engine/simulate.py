@@ -155,12 +155,12 @@ def _analytic_step(stages, plan, cluster, prof, groups, model):
     sp = spans[crit]
     if plan.schedule == Schedule.ZB_H1 and plan.pp > 1:
         # ZB-H1 as 1F1B below, its W passes filling (pp - 1) W of the drain (Qi et al.:
-        # (pp - 1)(F + B - W) at equal stages)
+        # (pp - 1)(F + B - W) at equal stages), as many as there are later micro-batches
         fbw = [_fbw(ch, share) for ch in stages]
         w = fbw[crit][2]
         pipe = max(sp.span_s + held[crit],
                    sum(f + b for f, b, _ in fbw) + w + (m - 1) * (sp.span_s + held[crit]) / m
-                   - (plan.pp - 1) * w)
+                   - min(plan.pp - 1, m - 1) * w)
     elif splits_backward(plan.schedule):
         pipe = sp.span_s + held[crit] + closed_form_bubble_s(
             plan.schedule, plan.pp, *_fbw(stages[crit], share),

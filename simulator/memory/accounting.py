@@ -137,7 +137,8 @@ def _grad_bytes(op: Op, act_bytes: int) -> float:
     if op.kind == OpKind.GEMM:
         return op.batch * op.m * (op.n + op.k) * act_bytes
     if op.kind in (OpKind.ATTENTION, OpKind.MEMORY):
-        return op.bytes_moved           # what the op reads and writes: inputs and outputs
+        # what the op reads and writes: inputs and outputs (an eager op: its fused twin's)
+        return op.bytes_moved if op.live_bytes < 0 else op.live_bytes
     return 0.0
 
 

@@ -62,6 +62,9 @@ class Op:
     # counts (``kernels``): an eager norm is one op-graph op but eight kernels; backward's
     bwd_launches: int = 0
     launches: int = 0
+    # tensors alive while the op runs backward where they differ from ``bytes_moved`` (an
+    # eager op's traffic is several kernels', not its live tensors): -1 = bytes_moved
+    live_bytes: float = -1.0
 
 
 @dataclass(frozen=True)
@@ -158,22 +161,30 @@ def _mem(name: str, elems_read: float, elems_written: float, sh: LayerShape,
 
 
 def eager_op(name: str, key: str, elems: float, sh: LayerShape, kind: str,
-             saved: float | None = None) -> Op:
+             live: float, saved: float | None = None) -> Op:
     """An elementwise op as eager model code runs it (``frameworks.EAGER[key]``, measured per
-    element in bf16; scaled by the activation width for other dtypes): its bytes and kernel
-    launches forward and backward, and what autograd keeps (``saved`` overrides)."""
-    t, w = EAGER[key], sh.act_bytes / 2.0
-    return Op(name, OpKind.MEMORY, bytes_moved=t.fwd_bytes * elems * w, dtype=sh.dtype,
-              saved_bytes=t.saved_bytes * elems * w if saved is None else saved,
-              bwd_bytes=t.bwd_bytes * elems * w, mem_kind=kind, launches=t.fwd_kernels,
-              bwd_launches=t.bwd_kernels)
+    element with 16-bit activations): its bytes and kernel launches forward and backward,
+    and what autograd keeps (``saved`` overrides). ``live``: the tensors its backward holds
+    at once, taken as its fused twin's (the eager temporaries are not counted)."""
+    t = EAGER[key]
+    return Op(name, OpKind.MEMORY, bytes_moved=t.fwd_bytes * elems, dtype=sh.dtype,
+              saved_bytes=t.saved_bytes * elems if saved is None else saved,
+              bwd_bytes=t.bwd_bytes * elems, mem_kind=kind, launches=t.fwd_kernels,
+              bwd_launches=t.bwd_kernels, live_bytes=live)
+
+
+def eager(sh: LayerShape) -> bool:
+    """Whether ``sh`` prices eager model code: the measured 16-bit traffic (an fp32 model's
+    casts are no-ops, unmeasured: fused pricing stays)."""
+    return sh.eager_elementwise and sh.act_bytes == 2
 
 
 def norm_op(name: str, m: TransformerSpec, sh: LayerShape, elems: float) -> Op:
     """A norm over ``elems`` activations (one fused kernel, or eager RMSNorm code)."""
-    if sh.eager_elementwise and m.norm == Norm.RMSNORM:
-        return eager_op(name, "rmsnorm", elems, sh, "norm")
-    return _mem(name, elems, elems, sh, saved=elems * sh.act_bytes, kind="norm")
+    fused = _mem(name, elems, elems, sh, saved=elems * sh.act_bytes, kind="norm")
+    if eager(sh) and m.norm == Norm.RMSNORM:
+        return eager_op(name, "rmsnorm", elems, sh, "norm", live=fused.bytes_moved)
+    return fused
 
 
 def _comm(name: str, coll: Collective, group: str, size: float, overlaps: str = "") -> Op:
@@ -224,9 +235,10 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     # silu(a) * b also keeps silu(a) for the product's backward
     eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
     act_saved = (act_in + (act_out if eager_glu else 0)) * ab
-    ops.append(eager_op(f"{name}_act", "swiglu", act_out, sh, "elementwise", act_saved)
-               if eager_glu and sh.eager_elementwise else
-               _mem(f"{name}_act", act_in, act_out, sh, saved=act_saved))
+    act = _mem(f"{name}_act", act_in, act_out, sh, saved=act_saved)
+    ops.append(eager_op(act.name, "swiglu", act_out, sh, "elementwise",
+                        live=act.bytes_moved, saved=act_saved)
+               if eager_glu and eager(sh) else act)
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
     if groups > 1:
         ops = [replace(o, grouped=True) if o.kind == OpKind.GEMM else o for o in ops]

@@ -28,6 +28,7 @@ from .op_types import (  # noqa: F401  (Op, OpKind, LayerShape, ... are this mod
     _leave_tp,
     _mem,
     _tokens,
+    eager,
     eager_op,
     mlp_ops,
     norm_op,
@@ -99,9 +100,11 @@ def _rope(elems: float, sh: LayerShape, name: str = "rope") -> Op:
     and writes them once; its backward rotates the gradients back, the same bytes. Nothing
     extra is saved (the rotated Q and K are what the attention core keeps). Eager model
     code (``LayerShape.eager_elementwise``): transformers' rotate_half passes."""
-    if sh.eager_elementwise and name == "rope":
-        return eager_op(name, "rope", elems, sh, "elementwise", saved=0.0)
-    return _mem(name, elems, elems, sh, bwd_same=True)
+    fused = _mem(name, elems, elems, sh, bwd_same=True)
+    if eager(sh) and name == "rope":
+        return eager_op(name, "rope", elems, sh, "elementwise", live=fused.bytes_moved,
+                        saved=0.0)
+    return fused
 
 
 def causal_window_pairs(s: int, window: int) -> int:

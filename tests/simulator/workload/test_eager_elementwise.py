@@ -87,3 +87,20 @@ def test_layernorm_and_gelu_models_are_unchanged():
     _, _, fused = _layer("megatron-core", "gpt3-175b")
     for name in ("ln1", "ln2", "mlp_act", "ln1_bwd"):
         assert eager[name].bytes_moved == fused[name].bytes_moved
+
+
+def test_fp32_models_and_the_backward_peak_keep_the_fused_price():
+    """The traffic was measured with 16-bit activations (an fp32 model's casts are no-ops):
+    fp32 plans keep the fused ops; and the tensors a backward holds at once are the fused
+    op's, not the eager op's traffic (``Op.live_bytes``)."""
+    from simulator.memory.accounting import _grad_bytes
+    m = get_preset("llama2-7b")
+    for fw in ("hf", "megatron-core"):
+        plan = with_framework(Plan(micro_batch=1, global_batch=8, dp=8, precision="fp32"), fw)
+        ops = {o.name: o for o in layer_ops(m, layer_shape(m, plan))}
+        assert ops["ln1"].launches == 0 and ops["rope"].launches == 0
+    _, sh, eager = _layer("hf")
+    _, _, fused = _layer("megatron-core")
+    for name in ("ln1", "rope", "mlp_act", "ln2"):
+        assert _grad_bytes(eager[name], 2) == _grad_bytes(fused[name], 2), name
+        assert eager[name].bytes_moved > fused[name].bytes_moved, name
