@@ -258,8 +258,8 @@ def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]
     (``framework_for_hardware``; the swap is noted in ``notes``)."""
     name = (row.get("framework") or "").strip().lower()
     fp8_gpu = "fp8" in cluster.gpu.peak_tflops
-    era = framework_for_hardware(name, fp8_gpu,
-                                 spellings.canonical(row.get("precision") or "", spellings.PRECISION))
+    precision = spellings.canonical(row.get("precision") or "", spellings.PRECISION)
+    era = framework_for_hardware(name, fp8_gpu, precision)
     if era != name:
         notes.append(f"{era} defaults for a {name} run on an FP8-capable GPU or in FP8 "
                      "(frameworks.json eras)")
@@ -269,8 +269,8 @@ def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]
 def fill_degrees(row: dict, notes: list[str]) -> None:
     """In place: an empty ``dp`` is the GPUs left over by tp x pp x cp (Megatron's
     convention: data parallelism is what the other degrees leave), and an empty ``n_gpus``
-    the product of the four degrees; each fill is noted. Degrees that do not divide the GPU
-    count are left for the plan's check to name."""
+    the product of the four degrees; each fill is noted. An empty ``dp`` the degrees do not
+    divide the GPU count for is refused, naming ``dp``."""
     model_par = _int(row, "tp", 1) * _int(row, "pp", 1) * _int(row, "cp", 1)
     n, dp = _int(row, "n_gpus"), _int(row, "dp")
     if n is None and dp is not None:
