@@ -6,10 +6,10 @@ Only the numbers that size the model are read; nothing from ``transformers`` is 
   length the model was pre-trained at), else ``max_position_embeddings`` / ``n_positions``,
   **capped at 8192** (``DEFAULT_SEQ_LEN_CAP``) because released checkpoints often advertise
   128k+ contexts that no pre-training step uses. Pass ``seq_len`` to override.
-* Gated families (llama, mistral, mixtral, qwen*, deepseek, gpt_oss, gemma2/3) map to
-  ``MLP.SWIGLU`` (three GEMMs; Gemma's GeGLU has the same shapes) whatever their
-  ``hidden_act``; plain ones (gpt2, gpt_neox, falcon, nemotron) map ``gelu*``/``relu`` to
-  ``MLP.GELU`` (two GEMMs) and ``relu2`` to ``MLP.RELU2``.
+* Gated families (llama, mistral, mixtral, qwen*, deepseek, gpt_oss, gemma2/3, olmo2,
+  granite, phi3) map to ``MLP.SWIGLU`` (three GEMMs; Gemma's GeGLU has the same shapes)
+  whatever their ``hidden_act``; plain ones (gpt2, gpt_neox, falcon, nemotron, starcoder2)
+  map ``gelu*``/``relu`` to ``MLP.GELU`` (two GEMMs) and ``relu2`` to ``MLP.RELU2``.
 * DeepSeek-V2/V3 attention is MLA with its real projection shapes (``MLASpec``); Gemma 2/3
   local/global layers, MoE every k layers and the family facts (norm, RoPE, biases,
   soft caps) are read by ``hf_families``. Gemma 3's multimodal config is read from its
@@ -29,12 +29,12 @@ from .spec import MLP, MoESpec, TransformerSpec
 DEFAULT_SEQ_LEN_CAP = 8192
 
 _GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-          "deepseek_v2", "deepseek_v3", "gpt_oss") + fam.GEMMA
-_PLAIN = ("gpt2", "gpt_neox", "falcon", "nemotron")
+          "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "granite", "phi3") + fam.GEMMA
+_PLAIN = ("gpt2", "gpt_neox", "falcon", "nemotron", "starcoder2")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_GATED + _PLAIN))
 _ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
 # Model types whose HF config class keeps PretrainedConfig's tie_word_embeddings=True.
-_TIED_BY_DEFAULT = ("gpt2", "falcon") + fam.GEMMA
+_TIED_BY_DEFAULT = ("gpt2", "falcon", "starcoder2") + fam.GEMMA
 
 _KEYS = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),

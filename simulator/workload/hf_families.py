@@ -11,7 +11,11 @@ returns spec fields; the HF modelling code each rule follows is named in its doc
   layer % freq == 0``), Qwen ``decoder_sparse_step`` + ``mlp_only_layers`` (``(layer + 1) %
   step == 0 and layer not in mlp_only_layers``);
 * family facts that change no FLOPs but a launch configuration needs: norm, position
-  embedding, linear biases, QK-norm / sandwich-norm weights, logit soft caps.
+  embedding, linear biases, QK-norm / sandwich-norm weights, logit soft caps. OLMo 2 norms
+  the whole Q and K projections (``Olmo2Attention.q_norm`` over heads x head_dim) and its
+  residual branches after the sublayer; Granite is Llama with scaling multipliers; Phi-3
+  fuses QKV and gate/up (same shapes); StarCoder2 is a plain GELU MLP with LayerNorm and
+  biases (``use_bias``, tied embeddings by default); transformers 5.24 modeling files.
 """
 from __future__ import annotations
 
@@ -123,11 +127,12 @@ def router_fields(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
 
 def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -> dict[str, Any]:
     """Norm, position embedding, biases, extra norm weights and soft caps."""
-    plain = mt in ("gpt2", "gpt_neox", "falcon")
+    plain = mt in ("gpt2", "gpt_neox", "falcon", "starcoder2")
     out: dict[str, Any] = {
         "norm": Norm.LAYERNORM if plain or mt == "nemotron" else Norm.RMSNORM,
         "position": Position.LEARNED if mt == "gpt2" else Position.ROPE,
-        "linear_bias": mt in ("gpt2", "gpt_neox") or (mt == "falcon" and bool(cfg.get("bias"))),
+        "linear_bias": mt in ("gpt2", "gpt_neox") or (mt == "falcon" and bool(cfg.get("bias")))
+        or (mt == "starcoder2" and bool(cfg.get("use_bias", True))),
         "qkv_bias": bool(cfg.get("attention_bias")) or mt in ("qwen2", "qwen2_moe"),
         "extra_norm_params": 0,
         "qk_norm": False,
@@ -138,6 +143,11 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         out["position"] = Position.ALIBI
     if mt in _QK_NORM:
         out["extra_norm_params"] += 2 * head_dim
+        out["qk_norm"] = True
+    if mt == "olmo2":            # q_norm / k_norm over the whole projections (Olmo2Attention)
+        heads = int(cfg.get("num_attention_heads") or 1)
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        out["extra_norm_params"] += (heads + kv) * head_dim
         out["qk_norm"] = True
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True
