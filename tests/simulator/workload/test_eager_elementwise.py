@@ -104,3 +104,16 @@ def test_fp32_models_and_the_backward_peak_keep_the_fused_price():
     for name in ("ln1", "rope", "mlp_act", "ln2"):
         assert _grad_bytes(eager[name], 2) == _grad_bytes(fused[name], 2), name
         assert eager[name].bytes_moved > fused[name].bytes_moved, name
+
+
+def test_eager_model_code_pays_its_python_too():
+    """One assumption, two costs: a framework whose model code runs eagerly on the device
+    (memory 'eager_elementwise') also pays that code's Python on the host (the measured HF
+    decoder layer, host mechanism 'hf_decoder_layer'), and no fused framework does."""
+    from simulator.frameworks import HOST
+    from simulator.frameworks.defaults import MEMORY
+    for name, mem in MEMORY.items():
+        if name == "default":
+            continue
+        has = "hf_decoder_layer" in HOST.framework(name).mechanisms
+        assert has == mem.eager_elementwise, name
