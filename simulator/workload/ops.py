@@ -52,6 +52,10 @@ def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op
         qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
         ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
                          saved_out=qkv_out))
+        if m.qk_norm:
+            # RMSNorm on the queries and keys before the rotation (Qwen3, Gemma 3: per head;
+            # OLMo 2: over the projection); MLA's latent norms are in mla_projection_ops
+            ops.append(norm_op("qk_norm", m, sh, T * (q_local + kv_local)))
         if m.position == Position.ROPE:
             ops.append(_rope(T * (q_local + kv_local), sh))
     ops += core_attention_ops(m, sh, m.window_of(layer))

@@ -117,3 +117,18 @@ def test_eager_model_code_pays_its_python_too():
             continue
         has = "hf_decoder_layer" in HOST.framework(name).mechanisms
         assert has == mem.eager_elementwise, name
+
+
+def test_qk_norm_is_an_op_of_the_layer():
+    """Qwen3's RMSNorm on the queries and keys (q_norm, k_norm of head_dim per head) is a
+    pass over Q and K like the rotation after it; Llama has none, and MLA's latent norms are
+    its own ops (q_norm, kv_norm)."""
+    m, sh, ops = _layer("megatron-core", "qwen3-30b-a3b")
+    tokens = sh.micro_batch * m.seq_len
+    qk = tokens * (m.q_dim + m.kv_dim)
+    assert ops["qk_norm"].bytes_moved == pytest.approx(4 * qk)
+    assert ops["qk_norm"].bytes_moved == ops["rope"].bytes_moved
+    assert "qk_norm" not in _layer("megatron-core", "llama2-7b")[2]
+    assert "qk_norm" not in _layer("megatron-core", "deepseek-v3")[2]
+    _, _, eager = _layer("hf", "qwen3-30b-a3b")
+    assert eager["qk_norm"].bytes_moved == pytest.approx(EAGER["rmsnorm"].fwd_bytes * qk)
