@@ -71,7 +71,7 @@ def _family_default(node: NodeSpec, scale_up: str | None) -> str | None:
     family of that link; a family the GPU's node does not use is an error naming the field."""
     if scale_up is None:
         return None
-    kind = _FAMILY_NAMES.get(str(scale_up).strip().lower().replace("_", "-").replace(" ", "-"))
+    kind = _FAMILY_NAMES.get(loaders._norm(scale_up))
     if kind is None:
         return scale_up
     if node.scale_up.kind != kind:

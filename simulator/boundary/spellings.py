@@ -52,10 +52,15 @@ MLP = {
 }
 
 
+def normalize(text: Any) -> str:
+    """``text`` as names are compared: stripped, lower-cased, ``_`` and spaces as ``-``."""
+    return str(text).strip().lower().replace("_", "-").replace(" ", "-")
+
+
 def canonical(value: Any, table: dict[str, str]) -> Any:
-    """``value`` in its canonical spelling when it is text (stripped, lower-cased, ``_`` and
-    spaces as ``-``, then looked up in ``table``); anything else unchanged."""
+    """``value`` in its canonical spelling when it is text (``normalize``, then looked up
+    in ``table``); anything else unchanged."""
     if not isinstance(value, str):
         return value
-    key = value.strip().lower().replace("_", "-").replace(" ", "-")
+    key = normalize(value)
     return table.get(key, key)

@@ -142,10 +142,13 @@ def _event_step(stages, model, plan, cluster, prof, groups, memory=None, work=No
 
 # ---- closed form ----------------------------------------------------------------------------
 def _analytic_step(stages, plan, cluster, prof, groups, model):
-    """1F1B-family closed form: ``(m + (pp-1)/vpp) * t_slowest`` plus exposed DP and
-    optimizer; ``t`` per micro-batch includes the wait for the host (``host_span``) and the
-    stream's pipeline hand-offs (``engine.handoff``), and with one stage the host/device
-    recursion is the whole pipeline."""
+    """Closed form of the step: 1F1B / GPipe ``sum_s (F_s + B_s) + (m - 1) t_slowest``,
+    interleaved ``(m + (pp-1)/vpp) t_slowest``, ZB-H1 the 1F1B form less its deferred W
+    passes, the other split schedules their published bubbles; then the hand-offs on the
+    fill and drain and the tail of the stage that ends last (``_stage_ends``). ``t`` per
+    micro-batch includes the wait for the host (``host_span``) and the stream's pipeline
+    hand-offs (``engine.handoff``); with one stage the host/device recursion is the whole
+    pipeline."""
     m = plan.num_microbatches
     share = chunk_share(plan.schedule)
     spans = [stage_span(chunks, plan, prof, s) for s, chunks in enumerate(stages)]

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..boundary.spellings import normalize
+
 DATA = Path(__file__).with_name("frameworks.json")
 
 
@@ -209,7 +211,7 @@ def canonical_framework(name: str) -> str:
     key = (name or "").strip().lower()
     if key in ALIASES:
         return ALIASES[key]
-    key = key.replace("_", "-").replace(" ", "-")
+    key = normalize(key)
     return ALIASES.get(key, key)
 
 
