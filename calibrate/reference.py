@@ -38,9 +38,11 @@ from .reference_host import host_for
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
-GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm",
+GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
+            "h100-sxm",
             "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x",
             "mi325x", "l40s")
+AMPERE_A100 = ("a100", "a800")    # key prefixes of GA100 parts (A800 = A100 with NVLink cut)
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -75,7 +77,7 @@ def attention_model(key: str, gemm: GemmModel, a100_bf16_eff: float,
     if fitted is not None:
         return fitted
     fa3 = None
-    if key.startswith("a100"):
+    if key.startswith(AMPERE_A100):
         fwd, bwd = pair("a100", 1.0, "")
     elif key in ("h100-sxm", "h200-sxm"):
         why = "" if key == "h100-sxm" else "H200 = H100 compute (same GH100 die)"
@@ -136,6 +138,10 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
                                         "row)")
     elif key == "v100-sxm-32gb":
         nv = L.nvlink_v100(coll, a100)
+    elif key == "a800-sxm-80gb":
+        nv = L.transferred_link(a100, "A800 (the A100's NVLink 3 ports and NVSwitch gen2, "
+                                "fewer of them: efficiencies carried, the bandwidth is the "
+                                "A800 link's 200 GB/s)")
     else:
         nv = a100
     sharp = L.ib_sharp_speedup(coll) if key in ("h100-sxm", "h200-sxm", "h800") else None
@@ -175,6 +181,10 @@ NOTES = {
     "h800": "H800 = H100 compute (same GH100 die): the H100 model, NVLink efficiencies from the "
             "H200 sweep on the H800's 200 GB/s per direction (0.804 x 200 = 161 GB/s, against "
             "DeepSeek-V3's measured 160 GB/s usable).",
+    "a800-sxm-80gb": "A800 = A100 SXM 80GB compute (same GA100 die): the A100 model, NVLink "
+                     "efficiencies from the A100 sweep on the A800's 200 GB/s per direction "
+                     "(no A800 microbenchmark in shared data). As for A100, no sustained-clock "
+                     "(MSMF) GEMM row: long runs may be optimistic at the 400 W limit.",
     "gh200": "GH200 = H100 compute (same GH100 die, 132 SMs): the H100 model. The JUPITER "
              "configuration (96 GB HBM3 at 4 TB/s, 680 W for the whole superchip, 4 GPUs in an "
              "NVLink mesh, 4 x NDR200). The GEMM ceiling is H100 SXM's (700 W): a 900 W GH200 "

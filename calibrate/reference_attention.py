@@ -297,9 +297,11 @@ def _both_directions(kernel: str, fb: AttentionCurve) -> dict[str, AttentionCurv
 def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
     """Curve-based AttentionModel for GPUs with attention sweeps (or a sibling's), else None."""
     c = refs.curves
-    if key.startswith("a100"):
+    if key.startswith(("a100", "a800")):
         curves = {**_both_directions("flash", c["A100:flash:fb"].curve),
                   **_both_directions("flash1", c["A100:flash1:fb"].curve)}
+        if key.startswith("a800"):
+            curves = _relabel(curves, "A800 = A100 compute (same GA100 die)")
     elif key in ("h100-sxm", "h200-sxm", "h100-pcie", "h800", "gh200"):
         curves = {k.split(":", 1)[1]: v.curve for k, v in c.items()
                   if k.startswith("H100:") and not k.endswith(":fb")}

@@ -28,6 +28,11 @@ DATASHEET: Mapping[str, Datasheet] = {
                                1555.0, 108, 300.0, "gpus.csv line 3; links.csv line 6"),
     "a100-sxm-80gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
                                2039.0, 108, 300.0, "gpus.csv line 4; links.csv line 6"),
+    "a800-sxm-80gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+                               2039.0, 108, 200.0,
+                               "gpus.json 'a800-sxm-80gb' (the A100 SXM4 80GB row, gpus.csv line "
+                               "4: same GA100 die); NVLink 200 GB/s/dir (links.json "
+                               "'nvlink3-a800')"),
     "a100-pcie-80gb": Datasheet({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
                                 1935.0, 108, 0.0,
                                 "gpus.csv line 5 (300 W; NVLink only as a 2-GPU bridge, the node's "

@@ -349,8 +349,10 @@ def a100_fp32_levels(refs: GemmRefs, kh: float, launch: float) -> dict[str, Coef
 
 
 A100_MAMF = {"a100-sxm-80gb": "A100 SXM", "a100-sxm-40gb": "A100 SXM",
-             "a100-pcie-80gb": "A100 PCIe"}
+             "a100-pcie-80gb": "A100 PCIe", "a800-sxm-80gb": "A100 SXM"}
 A100_TAG = {"a100-sxm-40gb": "A100 40GB = 80GB compute (same GA100 die)",
+            "a800-sxm-80gb": "A800 = A100 SXM 80GB compute (same GA100 die, 400 W; only its "
+                             "NVLink is cut)",
             "a100-pcie-80gb": "A100 PCIe = A100 SXM shape terms and burst level (same GA100 "
                               "die; its 300 W limit shows in its own MAMF row, which sets its "
                               "ceiling)"}

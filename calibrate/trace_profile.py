@@ -68,8 +68,8 @@ def match_gpu(name: str) -> str | None:
     (``NVIDIA H100 80GB HBM3`` -> ``h100-sxm``), or None."""
     import hardware_db
     n = name.lower().replace("nvidia", "").replace("-", " ")
-    for fam in ("b300", "b200", "h200", "h100", "a100", "v100", "l40s", "l4", "a10", "mi300x",
-                "mi325x", "mi355x"):
+    for fam in ("b300", "b200", "gh200", "h200", "h100", "h800", "a100", "a800", "v100", "l40s",
+                "l4", "a10", "mi300x", "mi325x", "mi355x"):
         if fam not in n.split() and not n.strip().startswith(fam):
             continue
         keys = [k for k in hardware_db.list_gpus() if k.startswith(fam)]

@@ -68,12 +68,16 @@ _FAMILY_NAMES = {"nvlink": LinkKind.NVLINK, "nvswitch": LinkKind.NVLINK,
 
 def _family_default(node: NodeSpec, scale_up: str | None) -> str | None:
     """``scale_up`` unchanged, or None (keep the node's own link) when it names only the
-    family of that link; a family the GPU's node does not use is an error naming the field."""
+    family of that link, or the generation the node's link is a cut-down variant of
+    (links.json ``variant_of``: "nvlink4" in a row about H800s is the H800's 200 GB/s NVLink,
+    not the H100's 450); a family the GPU's node does not use is an error naming the field."""
     if scale_up is None:
         return None
     kind = _FAMILY_NAMES.get(loaders._norm(scale_up))
     if kind is None:
-        return scale_up
+        own = loaders.link_entry(node.scale_up.key).get("variant_of")
+        named = loaders.load_link(scale_up, field="scale_up").key
+        return None if named == own else scale_up     # "nvlink4" about H800s: its own cut link
     if node.scale_up.kind != kind:
         raise InvalidInputError("scale_up", scale_up,
                                 f"a link this GPU's nodes use ({node.scale_up.key}) or a "

@@ -99,7 +99,7 @@ LINK_FIELDS: dict[str, tuple[Check, bool]] = {
     "sources": (_sources, True), "fabric": (_choice("switch", "mesh"), False),
     "in_switch_reduction": (check_bool, False), "domain_gpus": (_count(1, MAX_GPUS), False),
     "hw_latency_us": (_non_negative, False), "nccl_ll": (check_bool, False),
-    "note": (_text, False),
+    "variant_of": (_text, False), "note": (_text, False),
 }
 NODE_FIELDS: dict[str, tuple[Check, bool]] = {
     "gpu_key": (_text, True), "gpus_per_node": (_count(1, MAX_GPUS_PER_NODE), True),
@@ -161,7 +161,13 @@ def check_gpus(data: Any, read: Reader) -> None:
 
 
 def check_links(data: Any, read: Reader) -> None:
-    _table(data, "links", LINK_FIELDS)
+    links = _table(data, "links", LINK_FIELDS)
+    for key, e in links.items():      # a GPU's cut-down copy of a named generation
+        if "variant_of" in e:
+            _ref(f"links.{key}.variant_of", e["variant_of"], links, "links.json")
+            if links[e["variant_of"]]["kind"] != e["kind"]:
+                raise InvalidInputError(f"links.{key}.variant_of", e["variant_of"],
+                                        f"a link of the same kind ({e['kind']})")
 
 
 def check_nodes(data: Any, read: Reader) -> None:

@@ -282,3 +282,18 @@ def test_builder_datasheets_match_the_hardware_database(key):
         assert node.scale_up.bandwidth_gbytes_per_s == pytest.approx(ds.nvlink_gbytes_per_s)
     else:
         assert node.scale_up.kind.value == "pcie"
+
+
+def test_a800_is_a100_compute_on_its_own_nvlink():
+    """A800 = A100 SXM 80GB compute (same GA100 die); only its NVLink is cut, to 200 GB/s per
+    direction (links.json 'nvlink3-a800'). Every GEMM, attention and memory coefficient is the
+    A100's; the NVLink efficiencies are the A100 sweep's, said to be carried."""
+    a100, a800 = (Profile.read_json(PROFILE_DIR / f"{k}.json")
+                  for k in ("a100-sxm-80gb", "a800-sxm-80gb"))
+    for d in ("bf16", "fp16", "fp32"):
+        assert a800.gemm.eff_max[d].value == a100.gemm.eff_max[d].value
+    assert a800.gemm.sustained_eff["bf16"].value == a100.gemm.sustained_eff["bf16"].value
+    assert a800.memory.bw_eff.value == a100.memory.bw_eff.value
+    nv8, nv1 = a800.links["nvlink"], a100.links["nvlink"]
+    assert nv8.bw_eff.value == nv1.bw_eff.value and "transferred" in nv8.bw_eff.source
+    assert "A800" in a800.gemm.eff_max["bf16"].source

@@ -190,6 +190,32 @@ def test_build_cluster_scale_up_override():
     assert c.n_nodes == 2 and c.node.scale_up_domain_gpus == 72
 
 
+@pytest.mark.parametrize("gpu,named,key,gbytes", [
+    ("h800", "nvlink4", "nvlink4-h800", 200.0),       # the H800's own NVLink 4, cut
+    ("h800", "NVLink4.0", "nvlink4-h800", 200.0),
+    ("a800", "nvlink3", "nvlink3-a800", 200.0),
+    ("a800", "nvswitch", "nvlink3-a800", 200.0),
+    ("gh200", "nvlink4", "nvlink4-gh200-quad", 450.0),
+    ("a100", "nvlink3", "nvlink3", 300.0),
+    ("a800", "nvlink4", "nvlink4", 450.0),            # another generation: taken as named
+])
+def test_a_named_generation_keeps_the_gpus_own_cut_down_variant(gpu, named, key, gbytes):
+    """A row about H800s that says "nvlink4" means the H800's NVLink 4 (links.json
+    ``variant_of``), 200 GB/s per direction, not the H100's 450."""
+    c = hdb.build_cluster(gpu, 16, scale_up=named)
+    assert c.node.scale_up.key == key and c.node.scale_up.bandwidth_gbytes_per_s == gbytes
+
+
+def test_a800_is_an_a100_with_its_nvlink_cut():
+    a100, a800 = hdb.load_gpu("a100-sxm-80gb"), hdb.load_gpu("A800")
+    assert a800.key == "a800-sxm-80gb"
+    assert a800.peak_tflops == a100.peak_tflops and a800.mem_bytes == a100.mem_bytes
+    assert a800.mem_bw_gbytes_per_s == a100.mem_bw_gbytes_per_s
+    c = hdb.build_cluster("a800", 16)
+    assert c.node.scale_up.bandwidth_gbytes_per_s == 200.0 and not c.node.in_switch_reduction
+    assert c.node.gpus_per_node == 8 and c.node.nic.key == "ib-hdr"
+
+
 def test_build_cluster_other_node_keeps_fabric():
     c = hdb.build_cluster("a100-sxm-40gb", 16, node="dgx-a100")
     assert c.gpu.key == "a100-sxm-40gb" and c.node.gpu_key == "a100-sxm-40gb"
