@@ -14,7 +14,8 @@ PAIRS = [("mcore", "megatron-core"), ("megatron_core", "megatron-core"),
          ("ddp", "pytorch"), ("torch-ddp", "pytorch"), ("pytorch-ddp", "pytorch"),
          ("FSDP", "fsdp"), ("pytorch_fsdp", "fsdp"), ("torch fsdp2", "fsdp2"),
          ("Megatron-Bridge", "nemo"), ("nemo_1", "nemo"), ("composer", "llm-foundry"),
-         ("DS", "deepspeed"), ("accelerate", "hf"), ("FSDP_1", "fsdp")]
+         ("DS", "deepspeed"), ("accelerate", "hf"), ("FSDP_1", "fsdp"),
+         ("GPT-NeoX", "megatron-deepspeed"), ("neox", "megatron-deepspeed")]
 
 
 @pytest.mark.parametrize("alias, name", PAIRS)
