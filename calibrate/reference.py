@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
             "h100-sxm",
-            "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x",
-            "mi325x", "l40s")
+            "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi250x",
+            "mi300x", "mi325x", "l40s")
 AMPERE_A100 = ("a100", "a800")    # key prefixes of GA100 parts (A800 = A100 with NVLink cut)
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
@@ -148,8 +148,8 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     links = L.scale_out_links(coll, sharp)
     links["pcie"] = L.pcie(coll, a100)
     links["host"] = L.host_from(links["pcie"])
-    if key in ("mi300x", "mi325x"):
-        links["xgmi"] = L.xgmi_from(a100)
+    if key in ("mi300x", "mi325x", "mi250x"):
+        links["xgmi"] = L.xgmi_from(a100, key.upper())
     else:
         links["nvlink"] = nv.coefs
     return links, fits
@@ -196,6 +196,12 @@ NOTES = {
             "FlashAttention-2 fractions, PCIe Gen4 between the GPUs (all assumed).",
     "gb300": "GB300: the larger of its B300 die's and GB200's MAMF rows (no GB300 GEMM row; "
              "the pessimistic side at 1400 W), NVL72 links from GB200, Grace host as GB200's.",
+    "mi250x": "MI250X: one GCD is one device (8 per HPE Cray EX235a node: Frontier, LUMI-G). "
+              "GEMM level from its own MAMF row (ROCm 6.2, older method; likely optimistic by "
+              "up to ~14 %), Hopper shape terms carried (assumed). Infinity Fabric: 200 GB/s to "
+              "the sibling GCD, 150 GB/s over the other six; link efficiencies, attention, "
+              "memory efficiency and the Slingshot NICs (priced as RoCE) are assumptions (no "
+              "RCCL, attention or Slingshot rows in shared data).",
     "mi325x": "MI325X = MI300X compute (same CDNA3 die; no MI325X row): MI300X's GEMM, links "
               "and attention assumptions, its own memory bandwidth.",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "

@@ -73,6 +73,9 @@ DATASHEET: Mapping[str, Datasheet] = {
                        "links.csv line 19"),
     "mi325x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
                          "fp8": 2614.9}, 6000.0, 304, 448.0, "gpus.csv line 22; links.csv line 43"),
+    "mi250x": Datasheet({"fp32": 23.95, "bf16": 191.5, "fp16": 191.5}, 1600.0, 110, 350.0,
+                        "gpus.json 'mi250x' (gpus.csv line 20 halved: one GCD of the card); "
+                        "links.json 'xgmi-mi250x'"),
     "mi300x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
                          "fp8": 2614.9}, 5300.0, 304, 448.0, "gpus.csv line 21; links.csv line 43"),
 }

@@ -415,21 +415,31 @@ def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
                                   else "")))
 
 
+AMD_MAMF = {   # GPU key -> (its MAMF row's gpu column, what the row is)
+    "mi300x": ("AMD MI300X", "MAMF v2 bf16 best shape, TunableOp on"),
+    "mi325x": ("AMD MI300X", "MAMF v2 bf16 best shape, TunableOp on; MI325X = MI300X compute "
+               "(same CDNA3 die, 304 CUs; no MI325X row): its 1000 W limit may hold a higher "
+               "clock, so this is the pessimistic side"),
+    "mi250x": ("AMD MI250X (one GCD)", "MAMF v1 bf16 best shape on one GCD, ROCm 6.2 (likely "
+               "optimistic: the v2 method measured MI300X 14.5 % below v1, and another user "
+               "reports 127 TF, 13.6 % below this row)"),
+}
+
+
 def mi300x_gemm(refs: GemmRefs, key: str = "mi300x") -> GemmModel:
-    """MI300X from its MAMF row; MI325X (the same CDNA3 die, 304 CUs, at 1000 W where
-    MI300X has 750 W) takes the same row, the pessimistic side."""
+    """AMD Instinct from its MAMF row (AMD_MAMF); MI325X (the same CDNA3 die, 304 CUs, at
+    1000 W where MI300X has 750 W) takes MI300X's row, the pessimistic side; MI250X (CDNA2,
+    one GCD) its own. Shape terms: the Hopper fit's, carried by datasheet ratios (assumed)."""
     h_eff, h_kh, h_launch = _family_coefs(refs.hopper, "h100-sxm", "")
     kh = transferred_k_half(key, "h100-sxm", h_kh, "Hopper cuBLAS fit (assumed for hipBLASLt)")
     launch = transferred(h_launch, key)
-    what = "MAMF v2 bf16 best shape, TunableOp on"
-    if key != "mi300x":
-        what += ("; MI325X = MI300X compute (same CDNA3 die, 304 CUs; no MI325X row): its "
-                 "1000 W limit may hold a higher clock, so this is the pessimistic side")
-    bf = solve_level([mamf(refs.kern, "AMD MI300X", "bf16", refs.extra)], key, "bf16",
+    gpu, what = AMD_MAMF[key]
+    bf = solve_level([mamf(refs.kern, gpu, "bf16", refs.extra)], key, "bf16",
                      kh.value, launch.value, what)
-    effs = {"bf16": bf, "fp16": _same(bf, "fp16 = bf16 (same matrix-core rate)"),
-            "fp8": _same(bf, "assumed: fp8 eff = bf16 eff (no fp8 microbenchmark row)")}
-    cap = transferred_cap(refs, key, "AMD MI300X", refs.extra)
+    effs = {"bf16": bf, "fp16": _same(bf, "fp16 = bf16 (same matrix-core rate)")}
+    if "fp8" in DATASHEET[key].peak:
+        effs["fp8"] = _same(bf, "assumed: fp8 eff = bf16 eff (no fp8 microbenchmark row)")
+    cap = transferred_cap(refs, key, gpu, refs.extra)
     return GemmModel(eff_max=effs, k_half=kh, launch_us=launch, tile_m=128, tile_n=128,
                      tiles=CUBLAS_TILES, persistent=False,
                      sustained_eff={"bf16": cap, "fp16": _same(cap, "fp16 = bf16")})

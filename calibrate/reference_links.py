@@ -267,8 +267,8 @@ def host_from(pcie_coefs: LinkCoefficients) -> LinkCoefficients:
                             _xfer(p.base_us, why), _xfer(p.bw_eff, why))
 
 
-def xgmi_from(nvlink_ref: LinkFit) -> LinkCoefficients:
-    c, why = nvlink_ref.coefs, "MI300X xGMI (assumed: no RCCL microbenchmark row in shared data)"
+def xgmi_from(nvlink_ref: LinkFit, gpu: str = "MI300X") -> LinkCoefficients:
+    c, why = nvlink_ref.coefs, f"{gpu} xGMI (assumed: no RCCL microbenchmark row in shared data)"
     return LinkCoefficients(_xfer(c.alpha_us, why), _xfer(c.small_bw_eff, why),
                             _xfer(c.base_us, why), _xfer(c.bw_eff, why))
 

@@ -123,7 +123,8 @@ def load_link(key: str, field: str = "link") -> LinkSpec:
     return LinkSpec(key=canon, kind=LinkKind(e["kind"]),
                     bandwidth_gbytes_per_s=float(e["bandwidth_gbytes_per_s"]),
                     latency_us=float(e["latency_us"]), source=_joined_sources(e["sources"]),
-                    mesh=e.get("fabric") == "mesh")
+                    mesh=e.get("fabric") == "mesh",
+                    pair_gbytes_per_s=float(e.get("pair_gbytes_per_s", 0.0)))
 
 
 def list_scale_up_links() -> list[str]:

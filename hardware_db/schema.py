@@ -99,7 +99,8 @@ LINK_FIELDS: dict[str, tuple[Check, bool]] = {
     "sources": (_sources, True), "fabric": (_choice("switch", "mesh"), False),
     "in_switch_reduction": (check_bool, False), "domain_gpus": (_count(1, MAX_GPUS), False),
     "hw_latency_us": (_non_negative, False), "nccl_ll": (check_bool, False),
-    "variant_of": (_text, False), "note": (_text, False),
+    "variant_of": (_text, False), "pair_gbytes_per_s": (_positive, False),
+    "note": (_text, False),
 }
 NODE_FIELDS: dict[str, tuple[Check, bool]] = {
     "gpu_key": (_text, True), "gpus_per_node": (_count(1, MAX_GPUS_PER_NODE), True),
@@ -162,8 +163,13 @@ def check_gpus(data: Any, read: Reader) -> None:
 
 def check_links(data: Any, read: Reader) -> None:
     links = _table(data, "links", LINK_FIELDS)
-    for key, e in links.items():      # a GPU's cut-down copy of a named generation
-        if "variant_of" in e:
+    for key, e in links.items():
+        if "pair_gbytes_per_s" in e and (e.get("fabric") != "mesh"
+                                         or e["pair_gbytes_per_s"] >= e["bandwidth_gbytes_per_s"]):
+            raise InvalidInputError(f"links.{key}.pair_gbytes_per_s", e["pair_gbytes_per_s"],
+                                    "the package-sibling share of a mesh link, below its "
+                                    "bandwidth_gbytes_per_s")
+        if "variant_of" in e:         # a GPU's cut-down copy of a named generation
             _ref(f"links.{key}.variant_of", e["variant_of"], links, "links.json")
             if links[e["variant_of"]]["kind"] != e["kind"]:
                 raise InvalidInputError(f"links.{key}.variant_of", e["variant_of"],

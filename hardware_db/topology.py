@@ -66,12 +66,14 @@ def _add_scale_up(g: nx.Graph, lay: Layout, link: LinkSpec) -> None:
         g.add_edges_from(((("gpu", r), ("nvswitch", lay.domain_of(r))) for r in range(lay.n_gpus)),
                          **_edge_attrs(link, "scale_up"))
         return
-    per_peer = link.bandwidth_gbytes_per_s / max(lay.domain_gpus - 1, 1)
+    pair, d = link.pair_gbytes_per_s, lay.domain_gpus
+    per_peer = (link.bandwidth_gbytes_per_s - pair) / max(d - 2 if pair else d - 1, 1)
     g.add_nodes_from(("gpu", r) for r in range(lay.n_gpus))
-    for start in range(0, lay.n_gpus, lay.domain_gpus):
-        ranks = range(start, min(start + lay.domain_gpus, lay.n_gpus))
-        g.add_edges_from(((("gpu", a), ("gpu", b)) for a, b in combinations(ranks, 2)),
-                         **_edge_attrs(link, "scale_up", bandwidth=per_peer))
+    for start in range(0, lay.n_gpus, d):
+        ranks = range(start, min(start + d, lay.n_gpus))
+        for a, b in combinations(ranks, 2):      # package siblings: ranks 2k, 2k + 1
+            bw = pair if pair and (a - start) // 2 == (b - start) // 2 else per_peer
+            g.add_edge(("gpu", a), ("gpu", b), **_edge_attrs(link, "scale_up", bandwidth=bw))
 
 
 def _add_nics(g: nx.Graph, lay: Layout, nic: LinkSpec, pcie: LinkSpec) -> None:

@@ -92,6 +92,10 @@ class LinkSpec:
     # peer gets bandwidth / (domain - 1), so a group of m members in the domain reaches
     # (m - 1) / (domain - 1) of it (``network.price``)
     mesh: bool = False
+    # a mesh whose GPUs come in packages of two (MI250X: two GCDs per OAM): the bandwidth to
+    # the package sibling (ranks 2k, 2k + 1 of a domain); the rest of bandwidth_gbytes_per_s
+    # is spread over the other domain - 2 peers. 0: every peer gets the same share
+    pair_gbytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -69,14 +69,25 @@ class Fabric:
     nic_latency_us: float = 0.0
     bw_scale: float = 1.0
     scale_up_mesh: bool = False        # GPU-to-GPU links, no switch (``LinkSpec.mesh``)
+    mesh_gpus: int = 0                 # GPUs the mesh wires together (the node's domain)
+    scale_up_pair_gbytes_per_s: float = 0.0   # ``LinkSpec.pair_gbytes_per_s``
 
     def scale_up_share(self, members: int) -> float:
         """Share of a GPU's scale-up bandwidth a group of ``members`` in one domain can
         use: all of it through a switch; on a mesh the links to its ``members - 1`` peers
-        of the ``domain_gpus - 1`` (RCCL / NCCL run rings over every such link at once)."""
-        if not self.scale_up_mesh or self.domain_gpus <= 2:
+        of the ``mesh_gpus - 1`` the node wires (RCCL / NCCL run rings over every such link
+        at once), however few GPUs the job uses. A packaged mesh (MI250X) gives a group its
+        package sibling's link plus ``members - 2`` of the others (groups are contiguous
+        ranks, as Megatron places them)."""
+        wired = self.mesh_gpus or self.domain_gpus
+        if not self.scale_up_mesh or wired <= 1:
             return 1.0
-        return min(1.0, max(1, members - 1) / (self.domain_gpus - 1))
+        m = max(2, members)
+        pair = self.scale_up_pair_gbytes_per_s
+        if pair > 0 and wired > 2:
+            rest = (self.scale_up_gbytes_per_s - pair) / (wired - 2)
+            return min(1.0, (pair + (m - 2) * rest) / self.scale_up_gbytes_per_s)
+        return min(1.0, (m - 1) / (wired - 1))
 
     # ---- counts ------------------------------------------------------------------------
     @property
@@ -168,7 +179,8 @@ def fabric_of(cluster: ClusterSpec) -> Fabric:
         core_oversubscription=cluster.core_oversubscription, planes=cluster.planes,
         sharp=cluster.in_network_reduction, net_ll=cluster.net_ll_protocol,
         scale_up_latency_us=node.scale_up.latency_us, nic_latency_us=node.nic.latency_us,
-        scale_up_mesh=node.scale_up.mesh)
+        scale_up_mesh=node.scale_up.mesh, mesh_gpus=max(1, node.scale_up_domain_gpus),
+        scale_up_pair_gbytes_per_s=node.scale_up.pair_gbytes_per_s)
 
 
 # ---- where a group lands ---------------------------------------------------------------------

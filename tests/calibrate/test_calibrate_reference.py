@@ -297,3 +297,23 @@ def test_a800_is_a100_compute_on_its_own_nvlink():
     nv8, nv1 = a800.links["nvlink"], a100.links["nvlink"]
     assert nv8.bw_eff.value == nv1.bw_eff.value and "transferred" in nv8.bw_eff.source
     assert "A800" in a800.gemm.eff_max["bf16"].source
+
+
+def test_mi250x_gemm_level_comes_from_its_own_one_gcd_mamf_row():
+    """MI250X (one GCD): the level is solved from its MAMF row (147.0 TF at
+    1024x14080x19968, kernels_extra.csv line 14) with the carried shape terms, so the model
+    gives that row back at its shape; the ceiling and the row's caveats are stated."""
+    from dataclasses import replace
+    import hardware_db as hdb
+    from simulator.cost.kernels import gemm_time_s
+    prof = Profile.read_json(PROFILE_DIR / "mi250x.json")
+    src = prof.gemm.eff_max["bf16"].source
+    assert "kernels_extra.csv line 14" in src and "optimistic" in src
+    burst = replace(prof, gemm=replace(prof.gemm, sustained_eff={}))
+    m, n, k = 1024, 14080, 19968
+    tf = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu("mi250x"), burst) / 1e12
+    assert tf == pytest.approx(147.0, rel=0.03)
+    sustained = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu("mi250x"), prof) / 1e12
+    assert sustained < tf and "MSMF" in prof.gemm.sustained_eff["bf16"].source
+    assert "fp8" not in prof.gemm.eff_max and "xgmi" in prof.links
+    assert "MI250X xGMI" in prof.links["xgmi"].bw_eff.source

@@ -216,6 +216,24 @@ def test_a800_is_an_a100_with_its_nvlink_cut():
     assert c.node.gpus_per_node == 8 and c.node.nic.key == "ib-hdr"
 
 
+def test_mi250x_is_one_gcd_of_the_card():
+    """A rank drives one GCD: the card's datasheet row (gpus.csv 'Instinct MI250X') halved;
+    a Frontier / LUMI-G node is 8 GCDs with 4 Slingshot-11 NICs (one per card)."""
+    import csv
+    sheet = PUBLISHED.parents[1] / "hardware" / "gpus.csv"
+    card = next((r for r in csv.DictReader(sheet.open()) if r["name"] == "Instinct MI250X"),
+                None) if sheet.is_file() else None
+    g = hdb.load_gpu("MI250X")
+    assert g.key == "mi250x" and g.sm_count == 110 and g.mem_bytes == 64e9
+    if card is not None:
+        assert g.peak_tflops["bf16"] == pytest.approx(float(card["bf16_tflops"]) / 2)
+        assert g.mem_bw_gbytes_per_s == pytest.approx(float(card["mem_bw_tbps"]) * 1000 / 2)
+    c = hdb.build_cluster("mi250x", 64)
+    assert c.node.gpus_per_node == 8 and c.node.nics_per_node == 4
+    assert c.node.nic.key == "slingshot-200" and c.node.nic.bandwidth_gbytes_per_s == 25.0
+    assert c.node.scale_up.pair_gbytes_per_s == 200.0 and c.node.scale_up.mesh
+
+
 def test_build_cluster_other_node_keeps_fabric():
     c = hdb.build_cluster("a100-sxm-40gb", 16, node="dgx-a100")
     assert c.gpu.key == "a100-sxm-40gb" and c.node.gpu_key == "a100-sxm-40gb"

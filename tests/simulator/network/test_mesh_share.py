@@ -53,3 +53,36 @@ def test_the_graph_model_wires_the_same_per_peer_links():
     edges = [d["bandwidth_gbytes_per_s"] for a, b, d in g.edges(data=True)
              if d["tier"] == "scale_up"]
     assert edges and all(e == pytest.approx(150.0) for e in edges)
+
+
+def test_a_mesh_share_counts_the_nodes_wiring_not_the_jobs_size():
+    """A 4-GPU job on an 8-GPU MI300X mesh: each GPU reaches its 3 peers over 3 of its 7
+    links (3 x 64 = 192 GB/s), not the whole 448 (the share used to divide by the job's
+    GPUs instead of the node's)."""
+    prof = hardware_db.load_profile("mi300x")
+    eff = prof.links["xgmi"].bw_eff.value
+    assert _busbw("mi300x", 4, n_gpus=4) == pytest.approx(eff * 3 * 64.0, rel=0.05)
+    assert _busbw("mi300x", 4, n_gpus=4) == pytest.approx(_busbw("mi300x", 4, n_gpus=8),
+                                                          rel=1e-6)
+
+
+@pytest.mark.parametrize("members, gbytes", [(2, 200.0), (4, 250.0), (8, 350.0)])
+def test_mi250x_gcds_reach_their_package_sibling_over_four_links(members, gbytes):
+    """MI250X: the two GCDs of a card share 4 Infinity Fabric links (200 GB/s per direction,
+    links.json 'xgmi-mi250x' pair_gbytes_per_s); the other 150 GB/s of a GCD's 350 spread over
+    the 6 GCDs of the other cards. A contiguous group of m GCDs reaches 200 + (m - 2) x 25."""
+    prof = hardware_db.load_profile("mi250x")
+    eff = prof.links["xgmi"].bw_eff.value
+    assert _busbw("mi250x", members) == pytest.approx(eff * gbytes, rel=0.05)
+
+
+def test_the_graph_wires_mi250x_siblings_wider_and_conserves_each_gcds_links():
+    """Each GCD's scale-up edges add up to its 350 GB/s: 200 to its sibling, 25 to each of
+    the 6 others (the graph model and the symbolic share agree)."""
+    g = hardware_db.build_cluster("mi250x", 8, build_graph=True).graph
+    for r in range(8):
+        bws = {b[1]: d["bandwidth_gbytes_per_s"] for a, b, d in g.edges(("gpu", r), data=True)
+               if d["tier"] == "scale_up"}
+        assert sum(bws.values()) == pytest.approx(350.0)
+        assert bws[r ^ 1] == pytest.approx(200.0)
+        assert all(v == pytest.approx(25.0) for k, v in bws.items() if k != r ^ 1)
