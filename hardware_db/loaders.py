@@ -98,7 +98,8 @@ def load_gpu(key: str) -> GPUSpec:
         tdp_w=float(e["tdp_w"]), sm_count=int(e["sm_count"]), l2_bytes=float(e["l2_bytes"]),
         price_usd_per_hour=float(e["price_usd_per_hour"]),
         source=f"{e['source']} || {_joined_sources(e['sources'])}",
-        attention_kernels=tuple(e.get("attention_kernels", ())))
+        attention_kernels=tuple(e.get("attention_kernels", ())),
+        devices_per_card=int(e.get("devices_per_card", 1)))
 
 
 # ---- links --------------------------------------------------------------------------

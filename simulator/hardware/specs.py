@@ -62,6 +62,9 @@ class GPUSpec:
     source: str = ""
     # attention kernel families the device runs (``AttentionImpl`` values); () = not stated
     attention_kernels: tuple[str, ...] = ()
+    # devices (ranks) on one card: MI250X's two GCDs are two devices; a run that counts
+    # cards counts half the ranks (``simulator.validation.predict``)
+    devices_per_card: int = 1
 
     def supports_precision(self, dtype: str) -> bool:
         """Whether the datasheet gives a peak for ``dtype`` (a chip without FP8 tensor cores

@@ -286,11 +286,46 @@ def fill_degrees(row: dict, notes: list[str]) -> None:
         raise InvalidInputError("n_gpus", "", "a GPU count (or a dp column to derive it from)")
 
 
+def count_devices(row: dict, cluster: ClusterSpec, make_cluster: ClusterFactory,
+                  notes: list[str]) -> bool:
+    """In place, for a GPU with several devices on a card (MI250X: two GCDs, each a rank):
+    a row that counts cards is rewritten to count devices. Cards are read where
+    ``gpus_per_node`` x devices_per_card is the GPU's node (4 MI250X on an 8-GCD node;
+    data parallelism then takes the other devices) or where tp x pp x dp x cp is
+    devices_per_card x n_gpus; noted. True when the row changed."""
+    k, n = cluster.gpu.devices_per_card, _int(row, "n_gpus")
+    if k <= 1 or n is None:
+        return False
+    gpn = _int(row, "gpus_per_node")
+    ranks = _int(row, "tp", 1) * _int(row, "pp", 1) * _int(row, "cp", 1) * _int(row, "dp", 1)
+    cards_per_node = gpn is not None and gpn * k == _own_node_devices(row, n * k, make_cluster)
+    if not (cards_per_node or ranks == k * n):
+        return False
+    row["n_gpus"] = str(n * k)
+    if gpn is not None and cards_per_node:
+        row["gpus_per_node"] = str(gpn * k)
+    if ranks == n:                               # the degrees counted cards too: more DP
+        row["dp"] = str(_int(row, "dp", 1) * k)
+    notes.append(f"n_gpus={row['n_gpus']} devices: the row counts {n} {cluster.gpu.name} "
+                 f"cards of {k} devices each")
+    return True
+
+
+def _own_node_devices(row: Mapping[str, str], n: int, make_cluster: ClusterFactory) -> int:
+    """Devices on the GPU's own node (the row's gpus_per_node left out), 0 if none builds."""
+    try:
+        return make_cluster({**row, "gpus_per_node": "", "n_gpus": str(n)}).node.gpus_per_node
+    except InvalidInputError:
+        return 0
+
+
 def _predict(row: dict, make_cluster: ClusterFactory, get_profile: ProfileFactory) -> RowOutcome:
     chosen_extra: list[str] = []
     fill_degrees(row, chosen_extra)
     check_row(row)                              # a derived n_gpus is held to the same limits
     cluster = make_cluster(row)
+    if count_devices(row, cluster, make_cluster, chosen_extra):
+        cluster = make_cluster(row)
     fw_name = _framework_of(row, cluster, chosen_extra)
     fw = framework_defaults(fw_name)
     if missing_heads(row):

@@ -61,3 +61,34 @@ def test_the_outcome_keeps_the_cells_as_read():
     row = dict(_row("nemo2407_h100_12"), dp="", vpp="none", cp="2")
     o = _predict(row)
     assert o.status == "ok" and o.row == row
+
+
+MI250X_CELLS = dict(gpu="MI250X", scale_up="", nic_gbps="", nics_per_node="", tp="8", pp="1",
+                    global_batch="16")
+
+
+@pytest.mark.parametrize("cells, counted", [
+    (dict(n_gpus="16", gpus_per_node="8", dp="2"), False),   # devices (GCDs) throughout
+    (dict(n_gpus="16", gpus_per_node="", dp="2"), False),
+    (dict(n_gpus="8", gpus_per_node="4", dp=""), True),      # 4 cards per node, dp derived
+    (dict(n_gpus="8", gpus_per_node="4", dp="2"), True),     # cards, degrees in ranks
+    (dict(n_gpus="8", gpus_per_node="", dp="2"), True),      # tp x dp = 2 x n_gpus
+])
+def test_a_row_that_counts_mi250x_cards_is_read_as_gcds(cells, counted):
+    """An MI250X card is two devices (GCDs, each a rank; gpus.json devices_per_card). A row
+    that counts cards (4 per node, or degrees multiplying to twice its n_gpus) is the same
+    run as the row that counts GCDs: the same 16 ranks on two 8-GCD nodes, noted."""
+    base = dict(_row("korthikanti22_t5_22b_selective"), **MI250X_CELLS)
+    devices = _predict(dict(base, n_gpus="16", gpus_per_node="8", dp="2"))
+    o = _predict(dict(base, **cells))
+    assert o.status == "ok" and ("cards of 2 devices" in o.chosen) == counted
+    assert (o.inputs.cluster.n_gpus, o.inputs.cluster.node.gpus_per_node) == (16, 8)
+    assert (o.inputs.plan.tp, o.inputs.plan.dp) == (8, 2)
+    assert o.result.step_time_s == devices.result.step_time_s
+
+
+def test_a_one_device_card_is_never_recounted():
+    row = dict(_row("korthikanti22_t5_22b_selective"), n_gpus="4", gpus_per_node="4",
+               tp="4", dp="1")
+    o = _predict(row)
+    assert o.inputs.cluster.n_gpus == 4 and "devices:" not in o.chosen
