@@ -41,7 +41,7 @@ PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
             "h100-sxm",
             "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi250x",
-            "mi300x", "mi325x", "l40s")
+            "mi300x", "mi325x", "mi355x", "l40s")
 AMPERE_A100 = ("a100", "a800")    # key prefixes of GA100 parts (A800 = A100 with NVLink cut)
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
@@ -148,7 +148,7 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     links = L.scale_out_links(coll, sharp)
     links["pcie"] = L.pcie(coll, a100)
     links["host"] = L.host_from(links["pcie"])
-    if key in ("mi300x", "mi325x", "mi250x"):
+    if key in ("mi300x", "mi325x", "mi355x", "mi250x"):
         links["xgmi"] = L.xgmi_from(a100, key.upper())
     else:
         links["nvlink"] = nv.coefs
@@ -202,8 +202,12 @@ NOTES = {
               "the sibling GCD, 150 GB/s over the other six; link efficiencies, attention, "
               "memory efficiency and the Slingshot NICs (priced as RoCE) are assumptions (no "
               "RCCL, attention or Slingshot rows in shared data).",
-    "mi325x": "MI325X = MI300X compute (same CDNA3 die; no MI325X row): MI300X's GEMM, links "
-              "and attention assumptions, its own memory bandwidth.",
+    "mi325x": "MI325X (the MI300X die at 1000 W): GEMM level from its own MAMF row (14.8 % "
+              "above MI300X's), MI300X's links and attention assumptions, its own memory "
+              "bandwidth.",
+    "mi355x": "MI355X (CDNA4, 1400 W): GEMM level from its own MAMF row (1565 TF, TunableOp "
+              "off), Hopper shape terms carried (assumed); xGMI, attention, memory efficiency "
+              "and fp8 (at the bf16 fraction) are assumptions (no RCCL, attention or fp8 rows).",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "
                      "power-limit ceiling is applied.",
 }

@@ -76,6 +76,10 @@ DATASHEET: Mapping[str, Datasheet] = {
     "mi250x": Datasheet({"fp32": 23.95, "bf16": 191.5, "fp16": 191.5}, 1600.0, 110, 350.0,
                         "gpus.json 'mi250x' (gpus.csv line 20 halved: one GCD of the card); "
                         "links.json 'xgmi-mi250x'"),
+    "mi355x": Datasheet({"fp32": 157.3, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2},
+                        8000.0, 256, 537.6, "gpus.csv 'Instinct MI355X' row; links.csv "
+                        "'MI350X/MI355X per GPU (7 links, fully connected 8-GPU mesh)' "
+                        "537.6 = 7 x 76.8 (AMD ROCm mi350.rst)"),
     "mi300x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
                          "fp8": 2614.9}, 5300.0, 304, 448.0, "gpus.csv line 21; links.csv line 43"),
 }

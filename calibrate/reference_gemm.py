@@ -417,9 +417,9 @@ def blackwell_cap(key: str, dtype: str, refs: GemmRefs) -> Coefficient:
 
 AMD_MAMF = {   # GPU key -> (its MAMF row's gpu column, what the row is)
     "mi300x": ("AMD MI300X", "MAMF v2 bf16 best shape, TunableOp on"),
-    "mi325x": ("AMD MI300X", "MAMF v2 bf16 best shape, TunableOp on; MI325X = MI300X compute "
-               "(same CDNA3 die, 304 CUs; no MI325X row): its 1000 W limit may hold a higher "
-               "clock, so this is the pessimistic side"),
+    "mi325x": ("AMD MI325X", "MAMF v2 bf16 best shape, TunableOp on, 1000 W card (the same "
+               "CDNA3 die as MI300X, whose 750 W row is 14.8 % lower)"),
+    "mi355x": ("AMD MI355X", "MAMF v2 bf16 best shape, TunableOp off, ROCm 7.0.2 (CDNA4)"),
     "mi250x": ("AMD MI250X (one GCD)", "MAMF v1 bf16 best shape on one GCD, ROCm 6.2 (likely "
                "optimistic: the v2 method measured MI300X 14.5 % below v1, and another user "
                "reports 127 TF, 13.6 % below this row)"),
@@ -427,9 +427,8 @@ AMD_MAMF = {   # GPU key -> (its MAMF row's gpu column, what the row is)
 
 
 def mi300x_gemm(refs: GemmRefs, key: str = "mi300x") -> GemmModel:
-    """AMD Instinct from its MAMF row (AMD_MAMF); MI325X (the same CDNA3 die, 304 CUs, at
-    1000 W where MI300X has 750 W) takes MI300X's row, the pessimistic side; MI250X (CDNA2,
-    one GCD) its own. Shape terms: the Hopper fit's, carried by datasheet ratios (assumed)."""
+    """AMD Instinct from each card's own MAMF row (AMD_MAMF: MI250X one GCD, MI300X, MI325X,
+    MI355X). Shape terms: the Hopper fit's, carried by datasheet ratios (assumed)."""
     h_eff, h_kh, h_launch = _family_coefs(refs.hopper, "h100-sxm", "")
     kh = transferred_k_half(key, "h100-sxm", h_kh, "Hopper cuBLAS fit (assumed for hipBLASLt)")
     launch = transferred(h_launch, key)

@@ -53,7 +53,7 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
         g = ada_gemm(refs, a100.launch_us, key)
     elif key == "h100-pcie":
         g = h100_pcie_gemm(refs)
-    elif key in ("mi300x", "mi325x", "mi250x"):
+    elif key in ("mi300x", "mi325x", "mi355x", "mi250x"):
         g = mi300x_gemm(refs, key)
     else:                                          # V100: no GEMM row at all
         why = "V100"

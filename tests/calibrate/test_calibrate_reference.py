@@ -165,20 +165,16 @@ def test_sibling_gpus_carry_their_own_mamf_rows():
         assert pcie_tf < 499.5 * (2 if d == "fp8" else 1)      # sustained below its burst
     # same-die siblings without rows of their own: the sibling's rates in TF/s, said so
     # GB300 (no row): the larger of its B300 die's and GB200's rows, in TF/s, per dtype
-    gb300, mi300x, mi325x = load("gb300"), load("mi300x"), load("mi325x")
-    gb200 = load("gb200")
+    gb300, gb200 = load("gb300"), load("gb200")
     for d, peak_b300, peak_gb in (("bf16", 2250.0, 2500.0), ("fp8", 4500.0, 5000.0)):
         want = max(b300.gemm.eff_max[d].value * peak_b300, gb200.gemm.eff_max[d].value * peak_gb)
         assert gb300.gemm.eff_max[d].value * peak_gb == pytest.approx(want, rel=1e-3), d
         assert gb300.gemm.sustained_eff[d].value >= gb200.gemm.sustained_eff[d].value
     assert "pessimistic" in gb300.gemm.eff_max["bf16"].source
-    assert "pessimistic" in mi325x.gemm.eff_max["bf16"].source
-    assert mi325x.gemm.sustained_eff["bf16"].value == \
-        pytest.approx(mi300x.gemm.sustained_eff["bf16"].value, rel=1e-3)
 
 
 @pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-pcie", "h800", "b300", "gb300", "mi325x",
-                                 "l40s", "gh200"])
+                                 "l40s", "gh200", "a800-sxm-80gb", "mi250x", "mi355x"])
 def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
     from simulator.cli.main import main
     args = ["simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--dp", "8",
@@ -299,21 +295,32 @@ def test_a800_is_a100_compute_on_its_own_nvlink():
     assert "A800" in a800.gemm.eff_max["bf16"].source
 
 
-def test_mi250x_gemm_level_comes_from_its_own_one_gcd_mamf_row():
-    """MI250X (one GCD): the level is solved from its MAMF row (147.0 TF at
-    1024x14080x19968, kernels_extra.csv line 14) with the carried shape terms, so the model
-    gives that row back at its shape; the ceiling and the row's caveats are stated."""
+@pytest.mark.parametrize("gpu, line, shape, tf_row", [
+    ("mi300x", 2, (10240, 15360, 8192), 668.4),
+    ("mi250x", 14, (1024, 14080, 19968), 147.0),      # one GCD
+    ("mi325x", 15, (13312, 10240, 8192), 784.9),
+    ("mi355x", 16, (12288, 8192, 8192), 1565.0),
+])
+def test_each_amd_gemm_level_comes_from_its_own_mamf_row(gpu, line, shape, tf_row):
+    """Each AMD Instinct card's level is solved from its own MAMF row (kernels_extra.csv)
+    with the carried shape terms, so the model gives that row back at its shape; below it,
+    a sustained ceiling that says where it came from."""
     from dataclasses import replace
     import hardware_db as hdb
     from simulator.cost.kernels import gemm_time_s
-    prof = Profile.read_json(PROFILE_DIR / "mi250x.json")
-    src = prof.gemm.eff_max["bf16"].source
-    assert "kernels_extra.csv line 14" in src and "optimistic" in src
+    prof = Profile.read_json(PROFILE_DIR / f"{gpu}.json")
+    assert f"kernels_extra.csv line {line}" in prof.gemm.eff_max["bf16"].source
     burst = replace(prof, gemm=replace(prof.gemm, sustained_eff={}))
-    m, n, k = 1024, 14080, 19968
-    tf = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu("mi250x"), burst) / 1e12
-    assert tf == pytest.approx(147.0, rel=0.03)
-    sustained = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu("mi250x"), prof) / 1e12
+    m, n, k = shape
+    tf = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu(gpu), burst) / 1e12
+    assert tf == pytest.approx(tf_row, rel=0.03)
+    sustained = 2 * m * n * k / gemm_time_s(m, n, k, "bf16", hdb.load_gpu(gpu), prof) / 1e12
     assert sustained < tf and "MSMF" in prof.gemm.sustained_eff["bf16"].source
-    assert "fp8" not in prof.gemm.eff_max and "xgmi" in prof.links
+    assert "xgmi" in prof.links and "nvlink" not in prof.links
+
+
+def test_mi250x_has_no_fp8_and_says_its_row_is_optimistic():
+    prof = Profile.read_json(PROFILE_DIR / "mi250x.json")
+    assert "optimistic" in prof.gemm.eff_max["bf16"].source
+    assert "fp8" not in prof.gemm.eff_max
     assert "MI250X xGMI" in prof.links["xgmi"].bw_eff.source
