@@ -243,7 +243,7 @@ def gpu_key_for(name: str, mem_bytes: float, keys: Sequence[str] | None = None
         import hardware_db
         keys = hardware_db.list_gpus()
     low = name.lower()
-    fams = [t for t in re.split(r"[^a-z0-9]+", low) if re.fullmatch(r"(gb|mi|[a-z])\d+[a-z]*", t)]
+    fams = [t for t in re.split(r"[^a-z0-9]+", low) if re.fullmatch(r"(gb|gh|mi|[a-z])\d+[a-z]*", t)]
     pcie = "pcie" in low
     for fam in fams:
         cands = [k for k in keys if k.split("-")[0] == fam and ("pcie" in k) == pcie]

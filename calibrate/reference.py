@@ -197,8 +197,9 @@ NOTES = {
     "gb300": "GB300: the larger of its B300 die's and GB200's MAMF rows (no GB300 GEMM row; "
              "the pessimistic side at 1400 W), NVL72 links from GB200, Grace host as GB200's.",
     "mi250x": "MI250X: one GCD is one device (8 per HPE Cray EX235a node: Frontier, LUMI-G). "
-              "GEMM level from its own MAMF row (ROCm 6.2, older method; likely optimistic by "
-              "up to ~14 %), Hopper shape terms carried (assumed). Infinity Fabric: 200 GB/s to "
+              "GEMM level from its own MAMF row (ROCm 6.2, older method; likely optimistic: 16 % "
+              "above another user's 127 TF, and the older method measured MI300X 17 % above "
+              "the newer), Hopper shape terms carried (assumed). Infinity Fabric: 200 GB/s to "
               "the sibling GCD, 150 GB/s over the other six; link efficiencies, attention, "
               "memory efficiency and the Slingshot NICs (priced as RoCE) are assumptions (no "
               "RCCL, attention or Slingshot rows in shared data).",

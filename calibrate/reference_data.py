@@ -73,7 +73,7 @@ DATASHEET: Mapping[str, Datasheet] = {
                        "links.csv line 19"),
     "mi325x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
                          "fp8": 2614.9}, 6000.0, 304, 448.0, "gpus.csv line 22; links.csv line 43"),
-    "mi250x": Datasheet({"fp32": 23.95, "bf16": 191.5, "fp16": 191.5}, 1600.0, 110, 350.0,
+    "mi250x": Datasheet({"fp32": 47.85, "bf16": 191.5, "fp16": 191.5}, 1600.0, 110, 350.0,
                         "gpus.json 'mi250x' (gpus.csv line 20 halved: one GCD of the card); "
                         "links.json 'xgmi-mi250x'"),
     "mi355x": Datasheet({"fp32": 157.3, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -65,21 +66,12 @@ class TraceCalibration:
 
 def match_gpu(name: str) -> str | None:
     """hardware_db key of a GPU named as ``deviceProperties`` names it
-    (``NVIDIA H100 80GB HBM3`` -> ``h100-sxm``), or None."""
-    import hardware_db
-    n = name.lower().replace("nvidia", "").replace("-", " ")
-    for fam in ("b300", "b200", "gh200", "h200", "h100", "h800", "a100", "a800", "v100", "l40s",
-                "l4", "a10", "mi300x", "mi325x", "mi355x"):
-        if fam not in n.split() and not n.strip().startswith(fam):
-            continue
-        keys = [k for k in hardware_db.list_gpus() if k.startswith(fam)]
-        pcie = [k for k in keys if "pcie" in k]
-        if "pcie" in n and pcie:
-            return pcie[0]
-        sized = [k for k in keys if "pcie" not in k and any(t in k for t in n.split()
-                                                              if t.endswith("gb"))]
-        return (sized or [k for k in keys if "pcie" not in k] or keys or [None])[0]
-    return None
+    (``NVIDIA H100 80GB HBM3`` -> ``h100-sxm``, ``AMD Instinct MI250X`` -> ``mi250x``), or
+    None: the device probe's own matcher (``calibrate.device.gpu_key_for``: the model
+    family, PCIe parts only for a name saying PCIe, the memory size the name states)."""
+    from .device import gpu_key_for
+    size = re.search(r"(\d+)\s*gb", name.lower())
+    return gpu_key_for(name, float(size.group(1)) * 1e9 if size else 0.0)
 
 
 def resolve_base(trace: KinetoTrace, profile_path: str | None, gpu: str | None) -> Base:

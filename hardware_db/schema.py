@@ -172,9 +172,10 @@ def check_links(data: Any, read: Reader) -> None:
                                     "bandwidth_gbytes_per_s")
         if "variant_of" in e:         # a GPU's cut-down copy of a named generation
             _ref(f"links.{key}.variant_of", e["variant_of"], links, "links.json")
-            if links[e["variant_of"]]["kind"] != e["kind"]:
+            base = links[e["variant_of"]]
+            if base["kind"] != e["kind"] or e["variant_of"] == key or "fabric" not in base:
                 raise InvalidInputError(f"links.{key}.variant_of", e["variant_of"],
-                                        f"a link of the same kind ({e['kind']})")
+                                        f"another scale-up link of the same kind ({e['kind']})")
 
 
 def check_nodes(data: Any, read: Reader) -> None:

@@ -14,7 +14,8 @@ Vertices
 Edges (every one carries ``kind`` (LinkKind value), ``bandwidth_gbytes_per_s`` (per
 direction), ``latency_us`` and ``tier``):
     gpu-nvswitch   tier "scale_up", the per-GPU aggregate scale-up bandwidth
-    gpu-gpu        tier "scale_up", mesh fabrics (xGMI, Gaudi RoCE): aggregate / (domain - 1)
+    gpu-gpu        tier "scale_up", mesh fabrics (xGMI, Gaudi RoCE): aggregate / (domain - 1);
+                   packaged meshes (MI250X) wire package siblings at pair_gbytes_per_s
     gpu-nic        tier "pcie", the GPU's PCIe x16 link (gpus.json ``pcie_link``)
     nic-leaf       tier "nic", the NIC LinkSpec
     leaf-spine     tier "spine", sum of the leaf's downlinks / oversubscription; latency 0
@@ -66,6 +67,9 @@ def _add_scale_up(g: nx.Graph, lay: Layout, link: LinkSpec) -> None:
         g.add_edges_from(((("gpu", r), ("nvswitch", lay.domain_of(r))) for r in range(lay.n_gpus)),
                          **_edge_attrs(link, "scale_up"))
         return
+    # a mesh: each pair of a domain its own edge, aggregate / (domain - 1); a packaged mesh
+    # (LinkSpec.pair_gbytes_per_s) wires the package siblings 2k, 2k + 1 at ``pair`` and every
+    # other pair at (aggregate - pair) / (domain - 2)
     pair, d = link.pair_gbytes_per_s, lay.domain_gpus
     per_peer = (link.bandwidth_gbytes_per_s - pair) / max(d - 2 if pair else d - 1, 1)
     g.add_nodes_from(("gpu", r) for r in range(lay.n_gpus))

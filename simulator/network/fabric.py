@@ -72,22 +72,43 @@ class Fabric:
     mesh_gpus: int = 0                 # GPUs the mesh wires together (the node's domain)
     scale_up_pair_gbytes_per_s: float = 0.0   # ``LinkSpec.pair_gbytes_per_s``
 
-    def scale_up_share(self, members: int) -> float:
+    def scale_up_share(self, members: int, stride: int = 1, pattern: str = "ring",
+                       size: int = 0) -> float:
         """Share of a GPU's scale-up bandwidth a group of ``members`` in one domain can
         use: all of it through a switch; on a mesh the links to its ``members - 1`` peers
         of the ``mesh_gpus - 1`` the node wires (RCCL / NCCL run rings over every such link
-        at once), however few GPUs the job uses. A packaged mesh (MI250X) gives a group its
-        package sibling's link plus ``members - 2`` of the others (groups are contiguous
-        ranks, as Megatron places them)."""
+        at once), however few GPUs the job uses. A packaged mesh: ``packaged_share``."""
         wired = self.mesh_gpus or self.domain_gpus
         if not self.scale_up_mesh or wired <= 1:
             return 1.0
-        m = max(2, members)
+        if self.scale_up_pair_gbytes_per_s > 0:
+            gbytes = self.packaged_gbytes_per_s(members, stride, pattern, size)
+            return min(1.0, gbytes / self.scale_up_gbytes_per_s)
+        return min(1.0, (max(2, members) - 1) / (wired - 1))
+
+    def packaged_gbytes_per_s(self, members: int, stride: int, pattern: str, size: int) -> float:
+        """GB/s per device of a group on a mesh of two-device packages (MI250X: ranks 2k,
+        2k + 1 share ``pair``, every other peer gets ``rest`` = (bandwidth - pair) /
+        (mesh - 2)). Only a stride-1 group holds whole packages. A ring collective is capped
+        by the links a package has to the rest of the group (each ring enters and leaves a
+        package once per channel); an all-to-all spreads over every peer, so its slowest
+        peers bind; a send between two devices is the sibling link only for a 2-member
+        stride-1 group (a pipeline of more stages also crosses packages)."""
+        wired = self.mesh_gpus or self.domain_gpus
         pair = self.scale_up_pair_gbytes_per_s
-        if pair > 0 and wired > 2:
-            rest = (self.scale_up_gbytes_per_s - pair) / (wired - 2)
-            return min(1.0, (pair + (m - 2) * rest) / self.scale_up_gbytes_per_s)
-        return min(1.0, (m - 1) / (wired - 1))
+        if wired <= 2:
+            return pair
+        rest = (self.scale_up_gbytes_per_s - pair) / (wired - 2)
+        m, packaged = max(2, members), stride == 1
+        if pattern == "p2p":
+            return pair if packaged and size == 2 else rest
+        if not packaged:
+            return (m - 1) * rest
+        if m == 2:
+            return pair
+        if pattern == "a2a":
+            return (m - 1) * rest
+        return min(pair + (m - 2) * rest, 2 * (m - 2) * rest)
 
     # ---- counts ------------------------------------------------------------------------
     @property

@@ -203,7 +203,9 @@ def _phase(ph: Phase, shape: GroupShape, fabric: Fabric, c: Coefs, background):
     for proto in _protocols(ph, fabric, c):
         caps = _capacities(fabric, c, proto)
         if Tier.SCALE_UP in caps:                   # a mesh: only the links to the peers
-            caps[Tier.SCALE_UP] *= fabric.scale_up_share(ph.m)
+            pattern = {Algo.PAIRWISE: "a2a", Algo.P2P: "p2p"}.get(ph.algo, "ring")
+            caps[Tier.SCALE_UP] *= fabric.scale_up_share(ph.m, shape.stride, pattern,
+                                                         shape.size)
         if ph.algo == Algo.PAIRWISE and ph.k > 1:
             bw_s, busy = _a2a_rounds_s(ph, shape, fabric, caps, background)
         else:

@@ -168,6 +168,11 @@ def test_gpu_names_map_to_hardware_db():
     assert match_gpu("NVIDIA A100-SXM4-80GB") == "a100-sxm-80gb"
     assert match_gpu("NVIDIA H100 PCIe") == "h100-pcie"
     assert match_gpu("Some Accelerator") is None
+    assert match_gpu("AMD Instinct MI250X") == "mi250x"
+    assert match_gpu("NVIDIA A800-SXM4-80GB") == "a800-sxm-80gb"
+    assert match_gpu("NVIDIA A800 80GB PCIe") is None       # no A800 PCIe part is listed
+    assert match_gpu("NVIDIA A100-SXM4-40GB") == "a100-sxm-40gb"
+    assert match_gpu("NVIDIA GH200 480GB") == "gh200"
 
 
 def test_gpu_gemm_fit_recovers_efficiency_from_kernel_times(tmp_path: Path):
