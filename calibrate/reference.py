@@ -39,9 +39,8 @@ from .reference_host import host_for
 REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
-            "h100-sxm",
-            "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi250x",
-            "mi300x", "mi325x", "mi355x", "l40s")
+            "h100-sxm", "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300",
+            "gb300", "mi250x", "mi300x", "mi325x", "mi355x", "l40s")
 AMPERE_A100 = ("a100", "a800")    # key prefixes of GA100 parts (A800 = A100 with NVLink cut)
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}

@@ -68,9 +68,10 @@ _FAMILY_NAMES = {"nvlink": LinkKind.NVLINK, "nvswitch": LinkKind.NVLINK,
 
 def _family_default(node: NodeSpec, scale_up: str | None) -> str | None:
     """``scale_up`` unchanged, or None (keep the node's own link) when it names only the
-    family of that link, or the generation the node's link is a cut-down variant of
+    family of that link, or the generation the node's link is the GPU's own wiring of
     (links.json ``variant_of``: "nvlink4" in a row about H800s is the H800's 200 GB/s NVLink,
-    not the H100's 450); a family the GPU's node does not use is an error naming the field."""
+    not the H100's 450; about GH200s, their 4-GPU mesh); a family the GPU's node does not use
+    is an error naming the field."""
     if scale_up is None:
         return None
     kind = _FAMILY_NAMES.get(loaders._norm(scale_up))

@@ -170,7 +170,7 @@ def check_links(data: Any, read: Reader) -> None:
             raise InvalidInputError(f"links.{key}.pair_gbytes_per_s", e["pair_gbytes_per_s"],
                                     "the package-sibling share of a mesh link, below its "
                                     "bandwidth_gbytes_per_s")
-        if "variant_of" in e:         # a GPU's cut-down copy of a named generation
+        if "variant_of" in e:         # a GPU's own wiring of a named generation
             _ref(f"links.{key}.variant_of", e["variant_of"], links, "links.json")
             base = links[e["variant_of"]]
             if base["kind"] != e["kind"] or e["variant_of"] == key or "fabric" not in base:
