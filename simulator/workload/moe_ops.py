@@ -80,15 +80,20 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
         # l.718) and are applied inside the experts' activation
         ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * ab))
     group_rows = recv * sh.tp                    # gathered over TP (expert TP = TP)
+    # The dispatcher's own TP gather and reduce-scatter are plain NCCL calls on the compute
+    # stream (dispatch_postprocess / combine_preprocess: gather_from_sequence_parallel_region,
+    # reduce_scatter_to_sequence_parallel_region, token_dispatcher.py @ d98e8a64 l.741-751,
+    # 829-834); TE's grouped linear has its TP comm switched off ("The comms between TP and
+    # EP group is explicitly handled by MoE token dispatcher", extensions/
+    # transformer_engine.py l.2447), so --tp-comm-overlap hides neither: no overlaps_with
     if sh.tp > 1:                                # tokens and probabilities, l.741-751
-        ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab,
-                         "experts_fc1"))
+        ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab))
         ops.append(_comm("ep_tp_allgather_probs", Collective.ALL_GATHER, "tp",
                          group_rows * ab))
     ops += _local_expert_ops(m, sh, group_rows, local)
     if sh.tp > 1:
         ops.append(_comm("ep_tp_reducescatter", Collective.REDUCE_SCATTER, "tp",
-                         group_rows * h * ab, "experts_fc2"))
+                         group_rows * h * ab))
     if sh.ep > 1:
         ops.append(_comm("ep_combine", Collective.ALL_TO_ALL, "ep", recv * h * ab))
     # the combine scatter-adds the top-k expert outputs of each token; its backward is the

@@ -230,6 +230,9 @@ def test_moe_layer_ops_as_the_alltoall_dispatcher_runs_them():
     assert ops["ep_dispatch_probs"].comm_bytes == pytest.approx(routed * ratio * 2)
     # after the TP gather (tokens and probabilities) the rows are sorted by local expert
     assert ops["ep_tp_allgather_probs"].comm_bytes == pytest.approx(routed * ratio * tp * 2)
+    # the dispatcher's TP gather / reduce-scatter are synchronous calls, not overlapped by
+    # TE (its grouped linear has TP comm off: extensions/transformer_engine.py l.2447)
+    assert ops["ep_tp_allgather"].overlaps_with == "" == ops["ep_tp_reducescatter"].overlaps_with
     names = list(ops)
     assert names.index("ep_tp_allgather") < names.index("moe_sort_chunks") \
         < names.index("experts_fc1") < names.index("moe_unsort_chunks") \
@@ -445,3 +448,22 @@ def test_hf_config_reads_the_mtp_depth():
     from simulator.workload.hf import from_hf_config
     hf = Path(__file__).parent / "data" / "hf" / "deepseek-v3.json"
     assert from_hf_config(hf).mtp_layers == 1
+
+
+def test_the_dispatchers_tp_collectives_are_exposed_even_with_tp_comm_overlap():
+    """Megatron-Core with --tp-comm-overlap (the megatron-core defaults) overlaps the dense
+    layers' TP collectives with their GEMMs, but the MoE dispatcher's TP all-gather and
+    reduce-scatter are synchronous: the layer pays each in full, as priced alone."""
+    import hardware_db
+    from simulator.cost.layer import group_collective_s, pass_cost
+    from simulator.parallel.placement import place_group
+    cl, prof = hardware_db.build_cluster("h100-sxm", 16), hardware_db.load_profile("h100-sxm")
+    sh = LayerShape(1, MOE.seq_len, tp=2, ep=8, sequence_parallel=True, dtype="bf16")
+    ops = [o for o in layer_ops(MOE, sh, layer=1)]
+    by = {o.name: o for o in ops}
+    groups = {"tp": place_group(cl, "tp", 2, 1), "ep": place_group(cl, "ep", 8, 2),
+              "cp": place_group(cl, "cp", 1, 1), "dp": place_group(cl, "dp", 1, 1)}
+    pc = pass_cost(ops, cl.gpu, prof, groups, tp_overlap=True)
+    for name in ("ep_tp_allgather", "ep_tp_reducescatter"):
+        alone = group_collective_s(by[name].collective, by[name].comm_bytes, groups["tp"], prof)
+        assert pc.op_times[name] == pytest.approx(alone, rel=1e-6)
