@@ -200,6 +200,11 @@ class _LayerCache:
         mh = moe_layer_host(self.p.host_mechanisms, fwd, bwd, charged=scale)
         if self.prof.host is None or mh == MoEHost():
             return
+        if self.m.moe is not None and self.m.moe.capacity_factor > 0:
+            # drop-and-pad: every expert gets capacity rows, so the dispatcher moves no token
+            # counts to the host and never syncs (_maybe_dtoh_and_synchronize does nothing
+            # when drop_and_pad, token_dispatcher.py @ d98e8a64 l.927)
+            mh = replace(mh, sync=False)
         us = self.prof.host.op_fwd_us.value * 1e-6
         # a layer-scoped CUDA graph captures up to the dispatcher's preprocess (Megatron-Core
         # --cuda-graph-scope attn moe_router moe_preprocess): the router's share replays

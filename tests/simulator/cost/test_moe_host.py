@@ -135,6 +135,19 @@ def test_moe_layers_pay_it_in_forward_and_in_the_input_gradient_pass():
     assert b.fwd.total_s == pytest.approx(a.fwd.total_s + b.fwd.comm_s["host"])
 
 
+def test_drop_and_pad_never_syncs():
+    """With a capacity factor every expert gets capacity rows: Megatron's dispatcher moves no
+    token counts to the host (_maybe_dtoh_and_synchronize does nothing when drop_and_pad,
+    token_dispatcher.py @ d98e8a64 l.927), so the forward has no sync wait; the host work
+    of the block stays."""
+    padded = dataclasses.replace(MOE, moe=dataclasses.replace(MOE.moe, capacity_factor=1.25))
+    a, b = _chunks(padded, ()), _chunks(padded, MECH)
+    assert "host" not in b.fwd.comm_s
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
+        N_MOE * (M.moe_layer_fwd_eager_ops - 4) * 10e-6)
+    assert "host" in _chunks(MOE, MECH).fwd.comm_s                  # dropless syncs
+
+
 def test_recompute_runs_the_block_and_its_sync_again():
     a, b = _chunks(MOE, (), recompute="full"), _chunks(MOE, MECH, recompute="full")
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
