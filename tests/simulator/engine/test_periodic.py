@@ -110,14 +110,15 @@ def test_fast_path_is_taken_and_exact_where_the_schedule_repeats(blocking, vpp, 
 
 def test_a_line_below_a_resource_s_work_is_not_extended():
     """A host slower than the device (a100 profile's host model, MoE, overlapped sends): the
-    step grows by 8.75 ms per 2 micro-batches up to 8 micro-batches, then by 8.95-8.98 ms,
-    the host's own work per 2 micro-batches. Three affine plays at 4, 6, 8 must not be
-    extended (their slope is below the host stream's work per period). The heads and the
-    expert width are chosen so that the device line holds to 8 micro-batches (re-pick them
-    when the MoE or attention ops change: the attention grid fill moved the line)."""
+    step grows along the device's line up to 8 micro-batches, then by the host's own work
+    per 2 micro-batches. Three affine plays at 4, 6, 8 must not be extended (their slope is
+    below the host stream's work per period). The heads and the expert width are chosen so
+    that the device line holds to 8 micro-batches (re-pick them when the MoE or attention
+    ops change: the attention grid fill moved the line, and so did the dispatcher's TP
+    collectives becoming exposed; expert width 768 with 16 heads holds it now)."""
     model, prof = _MODELS[1], _PROFILES["a100-sxm-80gb"]
     model = replace(model, n_heads=16, n_kv_heads=16, head_dim=0,
-                    moe=replace(model.moe, expert_ffn_hidden=1536))
+                    moe=replace(model.moe, expert_ffn_hidden=768))
     cluster = make_cluster("a100-sxm-80gb", 8, 2, None, None, None, None, None, 1.0)
     plan = Plan(tp=2, pp=2, dp=2, ep=2, vpp=2, global_batch=48, sequence_parallel=True,
                 recompute="full", schedule="interleaved", dp_overlap=False, tp_overlap=True,
