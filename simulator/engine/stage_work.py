@@ -319,7 +319,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster)
+        edge = model.vocab * model.hidden / plan.tp if first else 0.0
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster, edge)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
@@ -392,9 +393,16 @@ def fsdp_per_step(plan: Plan) -> float:
 
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile,
-                   cluster: ClusterSpec) -> None:
+                   cluster: ClusterSpec, edge_params: float = 0.0) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
-    each prefetched one layer ahead: exposed = max(0, comm - compute) + one layer's gather.
+    each prefetched one layer ahead: exposed = lead + max(0, comm - lead - compute), the
+    lead being what nothing can hide. In forward that is the first layer's gather and, on
+    the chunk holding the embedding (``edge_params``), the embedding unit's gather before
+    it: the first collective of the step (FSDP2: the root's or the embedding unit's
+    pre-forward unshard, _fsdp_state.py _pre_forward). In backward, a layer's re-gather
+    leads, and the embedding's reduce-scatter trails: its input (token ids) needs no
+    gradient, so it gets no post-backward hook and is reduced in the final callback, which
+    makes the step wait for it (_fsdp_state.py _root_post_backward_final_callback).
     Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
     forwards, no re-gather in backward, and the reduce-scatter exposed (the final
     post-backward callback makes the compute stream wait for it), spread likewise. The
@@ -416,15 +424,22 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     fwd.add_link_busy(ag_cost, f)
     bwd.add_link_busy(ag_cost, regather)
     bwd.add_link_busy(rs_cost, f)
-    first_layer = f * ag / max(1, n_layers)
+    edge = 0.0 if once else min(edge_params, params)
+    layer_w = (params - edge) * c_bytes / max(1, n_layers)
+    first_layer = f * group_collective(Collective.ALL_GATHER, layer_w, g, prof).time_s
+    edge_ag = f * group_collective(Collective.ALL_GATHER, edge * c_bytes, g, prof).time_s \
+        if edge else 0.0
+    edge_rs = f * group_collective(Collective.REDUCE_SCATTER, edge * r, g, prof).time_s \
+        if edge else 0.0
     what_bwd = "fsdp reduce-scatter (once per step)" if once else \
         "fsdp all-gather + reduce-scatter"
     for pc, comm, what, nbytes, lead in (
-            (fwd, f * ag, "fsdp all-gather", f * w_bytes, first_layer),
+            (fwd, f * ag, "fsdp all-gather", f * w_bytes, edge_ag + first_layer),
             (bwd, regather * ag + cat + f * rs, what_bwd, regather * w_bytes + f * r_bytes,
-             regather * first_layer)):
+             regather * first_layer + edge_rs)):
         busy = pc.total_s
-        exposed = (f * rs if pc is bwd and once else max(0.0, comm - busy)) + lead
+        exposed = f * rs + lead if pc is bwd and once else \
+            lead + max(0.0, comm - lead - busy)
         slowed = interference_s(min(comm, busy), prof)
         pc.interference_s += slowed
         pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed

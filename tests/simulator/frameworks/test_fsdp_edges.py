@@ -1,0 +1,60 @@
+"""FSDP's edges cannot hide behind compute: the step's first collective is the gather of the
+unit that holds the embedding (FSDP2: the root's or the embedding unit's pre-forward
+unshard, torch/distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward), followed by the
+first layer's; and the embedding's gradient is reduced in the final post-backward callback
+(its input, token ids, needs no gradient, so it has no post-backward hook:
+_fsdp_param_group.py _register_post_backward_hook, _fsdp_state.py
+_root_post_backward_final_callback), which makes the step wait for it. ``_add_fsdp_comm``
+charges these, and no more than the whole lane."""
+from __future__ import annotations
+
+import pytest
+
+import hardware_db
+from simulator.cost.layer import group_collective_s
+from simulator.engine.stage_work import build_chunks, place_groups
+from simulator.network.collectives import Collective
+from simulator.parallel.framework_plan import with_framework
+from simulator.parallel.plan import Plan
+from simulator.workload.presets import get_preset
+
+
+def _first_chunk(gpus: int, framework: str = "torchtitan", model: str = "llama3-8b"):
+    m = get_preset(model)
+    cl, prof = hardware_db.build_cluster("h100-sxm", gpus), hardware_db.load_profile("h100-sxm")
+    plan = with_framework(Plan(dp=gpus, micro_batch=1, global_batch=gpus, precision="bf16"),
+                          framework)
+    groups = place_groups(cl, plan)
+    ch = build_chunks(m, plan, cl, prof, groups)[0][0]
+    return m, plan, prof, groups, ch
+
+
+def _lane(pc):
+    return next(s for s in pc.segments if s.name.startswith("fsdp"))
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "fsdp2", "llm-foundry"])
+def test_the_embeddings_gather_leads_and_its_reduce_scatter_trails(framework):
+    m, plan, prof, groups, ch = _first_chunk(64, framework)
+    g = groups["dp"]
+    edge = m.vocab * m.hidden
+    layer = (ch.params - edge) / len(ch.layers)
+    c, r = 2, (4 if plan.memory.fsdp_reduce_fp32 else 2)
+    lead = (group_collective_s(Collective.ALL_GATHER, edge * c, g, prof)
+            + group_collective_s(Collective.ALL_GATHER, layer * c, g, prof))
+    tail = group_collective_s(Collective.REDUCE_SCATTER, edge * r, g, prof)
+    fwd, bwd = _lane(ch.fwd), _lane(ch.bwd)
+    assert fwd.exposed_s >= lead * (1 - 1e-9)
+    assert bwd.exposed_s >= tail * (1 - 1e-9)
+    # never more than the whole lane: what is exposed is at most what the lane carries
+    assert fwd.exposed_s <= fwd.comm_s * (1 + 1e-9) and bwd.exposed_s <= bwd.comm_s * (1 + 1e-9)
+
+
+def test_the_edges_grow_with_the_vocabulary():
+    """A larger vocabulary, the same layers: more of the step waits on the edges."""
+    from dataclasses import replace
+    m, plan, prof, groups, ch = _first_chunk(64)
+    cl = hardware_db.build_cluster("h100-sxm", 64)
+    big = build_chunks(replace(m, vocab=2 * m.vocab), plan, cl, prof, groups)[0][0]
+    assert _lane(big.fwd).exposed_s > _lane(ch.fwd).exposed_s
+    assert _lane(big.bwd).exposed_s > _lane(ch.bwd).exposed_s
