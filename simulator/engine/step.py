@@ -33,7 +33,12 @@ from .stage_work import ChunkWork
 
 def optimizer_bytes_per_param(plan: Plan) -> float:
     """Bytes the optimizer step moves per local parameter for the plan's precision
-    (``CONVENTIONS``: counted from the update's reads and writes)."""
+    (``CONVENTIONS``: counted from the update's reads and writes). torch's foreach AdamW
+    (a framework with ``optimizer_foreach``, whose one-moment temporary the memory model
+    keeps) passes over whole tensors of a moment's size ``foreach_moment_passes`` times."""
+    moment = plan.memory.optimizer_step_temp_bytes_per_param
+    if moment > 0 and CONVENTIONS.foreach_moment_passes > 0:
+        return CONVENTIONS.foreach_moment_passes * moment
     if plan.precision.value == "fp32":
         return CONVENTIONS.optimizer_traffic_fp32_bytes_per_param
     return CONVENTIONS.optimizer_traffic_mixed_bytes_per_param

@@ -63,6 +63,7 @@ class Conventions:
     optimizer_traffic_mixed_bytes_per_param: float
     optimizer_traffic_fp32_bytes_per_param: float
     cross_entropy: CrossEntropyBytes
+    foreach_moment_passes: float = 0.0      # torch foreach AdamW + clip: tensor passes
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,8 @@ def _load() -> tuple[dict[str, FrameworkDefaults], FrameworkDefaults, Convention
     c = data["conventions"]
     traffic = c["optimizer_step_traffic_bytes_per_param"]
     conv = Conventions(float(traffic["mixed"]), float(traffic["fp32"]),
-                       CrossEntropyBytes(**_strip(c["cross_entropy"])))
+                       CrossEntropyBytes(**_strip(c["cross_entropy"])),
+                       float(traffic.get("foreach_moment_passes", 0.0)))
     return fws, FrameworkDefaults.from_dict(data["default_framework"]), conv
 
 

@@ -1,0 +1,70 @@
+"""torch's foreach AdamW with foreach gradient clipping, as the frameworks whose memory entry
+sets ``optimizer_foreach`` step (frameworks.json conventions 'foreach_moment_passes'):
+counted on this CPU by a TorchDispatchMode, every tensor an op reads is one pass, every
+tensor it writes (in place or new) another; the step's bytes per parameter are what
+``optimizer_bytes_per_param`` charges, within 5 %."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.engine.step import optimizer_bytes_per_param
+from simulator.parallel.framework_plan import with_framework
+from simulator.parallel.plan import Plan
+
+pytestmark = pytest.mark.torch
+
+
+def _counted_bytes_per_param(n_tensors: int = 8, size: int = 4096) -> float:
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    params = [torch.nn.Parameter(torch.randn(size)) for _ in range(n_tensors)]
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=True)
+
+    def step():
+        for p in params:
+            p.grad = torch.randn(size)
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+    step()                                           # state allocated outside the count
+
+    class Count(TorchDispatchMode):
+        moved = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            schema = func._schema.arguments
+            for a, arg in zip(schema, args):
+                ts = arg if isinstance(arg, (list, tuple)) else [arg]
+                ts = [t for t in ts if isinstance(t, torch.Tensor) and t.numel() > 1]
+                n = sum(t.numel() * t.element_size() for t in ts)
+                writes = a.alias_info is not None and a.alias_info.is_write
+                Count.moved += n * (2 if writes else 1)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            fresh = [t for t in outs if isinstance(t, torch.Tensor) and t.numel() > 1
+                     and not any(t is x for x in args if isinstance(x, torch.Tensor))]
+            if not func._schema.name.endswith("_"):
+                Count.moved += sum(t.numel() * t.element_size() for t in fresh)
+            return out
+    for p in params:
+        p.grad = torch.randn(size)
+    with Count():
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+    return Count.moved / (n_tensors * size)
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "fsdp2"])
+def test_foreach_adamw_and_clip_bytes_per_parameter(framework):
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"),
+                          framework)
+    assert plan.memory.optimizer_step_temp_bytes_per_param == 4.0       # fp32 moments
+    charged = optimizer_bytes_per_param(plan)
+    assert charged == pytest.approx(_counted_bytes_per_param(), rel=0.05)
+    assert charged > 28.0                    # more than the fused step (one pass of each)
+
+
+def test_fused_frameworks_keep_the_fused_count():
+    plan = with_framework(Plan(tp=2, dp=4, micro_batch=1, global_batch=8, precision="bf16"),
+                          "megatron-core")
+    assert optimizer_bytes_per_param(plan) == 38.0
