@@ -41,6 +41,15 @@ def _copy_both_ways(name: str, elems: float, sh: LayerShape) -> Op:
     return _mem(name, elems, elems, sh, kind="copy", bwd_same=True)
 
 
+# The dispatcher's own TP gather and reduce-scatter are plain NCCL calls on the compute
+# stream (dispatch_postprocess / combine_preprocess: gather_from_sequence_parallel_region,
+# reduce_scatter_to_sequence_parallel_region, token_dispatcher.py @ d98e8a64 l.741-751,
+# 829-834); TE's grouped linear has its TP comm switched off ("The comms between TP and EP
+# group is explicitly handled by MoE token dispatcher", extensions/transformer_engine.py
+# l.2447), so --tp-comm-overlap hides neither: their ops carry no overlaps_with
+_DISPATCHER_TP_COLLECTIVES = ("ep_tp_allgather", "ep_tp_allgather_probs", "ep_tp_reducescatter")
+
+
 def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
     """Router, token dispatch, local experts, combine, as Megatron-Core's all-to-all token
     dispatcher runs them (``MoEAlltoAllTokenDispatcher``, dropless unless the spec gives a
@@ -80,12 +89,7 @@ def moe_ops(m: TransformerSpec, sh: LayerShape) -> list[Op]:
         # l.718) and are applied inside the experts' activation
         ops.append(_comm("ep_dispatch_probs", Collective.ALL_TO_ALL, "ep", recv * ab))
     group_rows = recv * sh.tp                    # gathered over TP (expert TP = TP)
-    # The dispatcher's own TP gather and reduce-scatter are plain NCCL calls on the compute
-    # stream (dispatch_postprocess / combine_preprocess: gather_from_sequence_parallel_region,
-    # reduce_scatter_to_sequence_parallel_region, token_dispatcher.py @ d98e8a64 l.741-751,
-    # 829-834); TE's grouped linear has its TP comm switched off ("The comms between TP and
-    # EP group is explicitly handled by MoE token dispatcher", extensions/
-    # transformer_engine.py l.2447), so --tp-comm-overlap hides neither: no overlaps_with
+    # synchronous on the compute stream, hidden by nothing (_DISPATCHER_TP_COLLECTIVES)
     if sh.tp > 1:                                # tokens and probabilities, l.741-751
         ops.append(_comm("ep_tp_allgather", Collective.ALL_GATHER, "tp", group_rows * h * ab))
         ops.append(_comm("ep_tp_allgather_probs", Collective.ALL_GATHER, "tp",
