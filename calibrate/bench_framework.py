@@ -44,29 +44,29 @@ import argparse
 import csv
 import datetime as dt
 import sys
-import time
 from pathlib import Path
 
+from .bench_dp import (
+    _ddp,
+    _extra_us,
+    _fsdp,
+    _low_us,
+    _mechanism_rows,
+    deepspeed_loop_us,
+    fsdp2_rows,
+    mcore_optimizer_loop_us,
+)
 from .bench_host import (
     HOST_LAYERS,
     _decoder_fns,
     _linear_fns,
     graph_ops,
-    loss_backward,
-    probe_spec,
-    time_interleaved,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "hardware_db" / "data" / "measurements" / "host_mechanisms.csv"
 COLUMNS = ["mechanism", "metric", "value_us", "op_fwd_us_same_run", "eager_ops", "host",
            "torch", "date", "method"]
-
-
-def _low_us(cases, trials: int = 40) -> dict[str, tuple[float, float]]:
-    """Interleaved timing; 10th percentile over trials, microseconds (fwd, bwd)."""
-    r = time_interleaved(cases, trials=trials)
-    return {k: (f.p10_s * 1e6, b.p10_s * 1e6) for k, (f, b, _, _) in r.items()}
 
 
 def probe_us() -> dict[str, float]:
@@ -81,130 +81,11 @@ def probe_us() -> dict[str, float]:
             "linear": t["linear"][0]}
 
 
-def _param_tensors(model) -> int:
-    return sum(1 for _ in model.parameters())
-
-
-def _wrapped(layers: int, wrap):
-    import torch
-
-    from .torch_model import build_model, synthetic_batch
-    spec = probe_spec(layers)
-    model = build_model(spec)
-    n = _param_tensors(model)
-    model = wrap(model) if wrap else model
-    tokens, targets = synthetic_batch(spec, 1)
-    torch.manual_seed(0)
-    return (lambda: model(tokens, targets)), loss_backward(model), n
-
-
-def _extra_us(wrap) -> tuple[float, float, int, int]:
-    """(extra fwd us, extra bwd us, parameter tensors, units) of ``wrap`` over the bare
-    decoder, as the difference between the two probe sizes (all four interleaved)."""
-    cases, tensors = {}, {}
-    for n in HOST_LAYERS:
-        cases[("bare", n)] = _wrapped(n, None)[:2]
-        fw, bw, tensors[n] = _wrapped(n, wrap)
-        cases[("wrapped", n)] = (fw, bw)
-    t = _low_us(cases)
-    lo, hi = HOST_LAYERS
-    ex = {n: (t[("wrapped", n)][0] - t[("bare", n)][0], t[("wrapped", n)][1] - t[("bare", n)][1])
-          for n in HOST_LAYERS}
-    return (ex[hi][0] - ex[lo][0], ex[hi][1] - ex[lo][1], tensors[hi] - tensors[lo], hi - lo)
-
-
-def _ddp(model):
-    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
-    from torch.nn.parallel import DistributedDataParallel
-    d = DistributedDataParallel(model, bucket_cap_mb=25)
-    d.register_comm_hook(None, noop_hook)
-    return d
-
-
-def _fsdp(model):
-    import torch
-    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-    block = type(model.blocks[0])
-    return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({block}),
-                                    sharding_strategy=ShardingStrategy.FULL_SHARD,
-                                    device_id=torch.device("cpu"), use_orig_params=True,
-                                    limit_all_gathers=True)
-
-
-def _fsdp2(model):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    mesh = init_device_mesh("cpu", (2,))
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
-
-
-def deepspeed_loop_us(tensors: int = 64, repeats: int = 200) -> float:
-    """Per parameter tensor: the BF16_Optimizer gradient loop on tiny tensors."""
-    import torch
-    lp = [torch.zeros(32, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(tensors)]
-    hp = [torch.zeros(32, 32) for _ in range(tensors)]
-
-    @torch.no_grad()
-    def loop():
-        for p, g in zip(lp, hp):
-            p.grad = torch.ones_like(p)
-        t0 = time.perf_counter()
-        for p, g in zip(lp, hp):
-            g.data.add_(p.grad.data.to(g.dtype).view(g.shape))
-            p._hp_grad = g
-            p.grad = None
-        return time.perf_counter() - t0
-    samples = sorted(loop() for _ in range(repeats))
-    return samples[len(samples) // 10] / tensors * 1e6
-
-
-def mcore_optimizer_loop_us(tensors: int = 64, repeats: int = 200) -> float:
-    """Per local parameter tensor: the host work of Megatron-Core's DistributedOptimizer
-    step after its grad-norm read (``get_grad_norm_fp32``'s ``.item()``, a host sync), on the
-    GPU path (multi-tensor kernels, one launch each, are not per tensor): clip's
-    ``param.grad.detach()`` (clip_grads.py clip_grad_by_total_norm_fp32) and
-    ``copy_group_params``' range-map lookups, ``param_data.view(-1)[start:end]`` and
-    ``.data.copy_(shard_main_param)`` (distrib_optimizer.py @ d98e8a64 L2862-2886), on tiny
-    fp32 tensors."""
-    import torch
-    params = [torch.zeros(32, 32, requires_grad=True) for _ in range(tensors)]
-    for p in params:
-        p.grad = torch.ones_like(p)
-    buffer = torch.zeros(tensors * 32 * 32)
-    shards = [torch.ones(32 * 32) for _ in range(tensors)]
-    ranges = {p: {"gbuf_world_in_bucket": (i * 1024, (i + 1) * 1024)} for i, p in enumerate(params)}
-    gbuf = {p: (0, None, 0) for p in params}
-
-    @torch.no_grad()
-    def loop():
-        t0 = time.perf_counter()
-        grads = [p.grad.detach() for p in params if p.grad is not None]
-        for shard, p in zip(shards, params):
-            start, end = ranges[p]["gbuf_world_in_bucket"]
-            assert end - start == shard.nelement()
-            _, _, bucket = gbuf[p]
-            buffer.view(-1)[start:end].data.copy_(shard)
-        dt = time.perf_counter() - t0
-        return dt if grads else 0.0
-    samples = sorted(loop() for _ in range(repeats))
-    return samples[len(samples) // 10] / tensors * 1e6
-
-
 def _init_fake_pg() -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-
-
-def _mechanism_rows(base: dict, op: float, mechanism: str, how: str,
-                    values_us: list[tuple[str, float]]) -> list[dict]:
-    """CSV rows of one mechanism: each (metric, microseconds) also in eager ops."""
-    return [{**base, "mechanism": mechanism, "metric": m, "value_us": round(v, 2),
-             "eager_ops": round(v / op, 3), "method": how} for m, v in values_us]
 
 
 def _mcore_times(mechanism: str, cases: str) -> dict | None:
@@ -528,13 +409,16 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
                             "deepspeed_bf16_grad_loop", "mcore_optimizer"}:
         return rows
-    f, b, tensors, units = _extra_us(_ddp)
-    per = (f + b) / tensors
-    rows += _mechanism_rows(base, op, "ddp_param_hooks", "DDP(no-op comm hook) - bare, 5 vs 1 "
-                            f"layers ({tensors} tensors)",
-                            [("per parameter tensor, fwd+bwd", per)])
-    for name, wrap, how in (("fsdp1_unit", _fsdp, "FSDP1 FULL_SHARD use_orig_params"),
-                            ("fsdp2_unit", _fsdp2, "FSDP2 fully_shard per block + root")):
+    if want("ddp_param_hooks"):
+        f, b, tensors, units = _extra_us(_ddp)
+        rows += _mechanism_rows(base, op, "ddp_param_hooks", "DDP(no-op comm hook) - bare, 5 vs "
+                                f"1 layers ({tensors} tensors)",
+                                [("per parameter tensor, fwd+bwd", (f + b) / tensors)])
+    if want("fsdp2_unit"):
+        rows += fsdp2_rows(base, op)
+    for name, wrap, how in (("fsdp1_unit", _fsdp, "FSDP1 FULL_SHARD use_orig_params"),):
+        if not want(name):
+            continue
         f, b, tensors, units = _extra_us(wrap)
         rows += _mechanism_rows(base, op, name, f"{how} fake pg x2 - bare, 5 vs 1 layers "
                                 f"({units} units, {tensors // units} tensors each)",

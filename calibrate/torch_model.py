@@ -18,14 +18,17 @@ from simulator.errors import UnsupportedError
 from simulator.workload.spec import MLP, TransformerSpec
 
 
-def build_model(spec: TransformerSpec, seed: int = 0) -> Any:
-    """An ``nn.Module`` whose ``forward(tokens, targets)`` returns the mean cross-entropy."""
+def build_model(spec: TransformerSpec, seed: int = 0, split: bool = False) -> Any:
+    """An ``nn.Module`` whose ``forward(tokens, targets)`` returns the mean cross-entropy.
+    ``split``: one Linear per projection (q, k, v; a SwiGLU's gate and up), as Llama's
+    reference code and torchtitan write the block (9 parameter tensors), instead of the
+    fused qkv and up projections (6)."""
     import torch
 
     if spec.moe is not None:
         raise UnsupportedError(f"validate-run builds dense decoders only; {spec.name!r} is MoE")
     torch.manual_seed(seed)
-    model = _decoder_class(spec, _block_class(spec))()
+    model = _decoder_class(spec, _split_block_class(spec) if split else _block_class(spec))()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
@@ -77,6 +80,41 @@ def _block_class(spec: TransformerSpec) -> Any:
             x = x + self.attn_out(o)
             return x + self.fc2(self.act(self.fc1(self.ln2(x))))
     return Block
+
+
+def _split_block_class(spec: TransformerSpec) -> Any:
+    """``_block_class`` with one Linear per projection (``build_model(split=True)``)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    base = _block_class(spec)
+
+    class SplitBlock(base):
+        def __init__(self) -> None:
+            nn.Module.__init__(self)
+            h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
+            self.ln1 = nn.LayerNorm(h, bias=False)
+            self.wq = nn.Linear(h, q, bias=False)
+            self.wk = nn.Linear(h, kv, bias=False)
+            self.wv = nn.Linear(h, kv, bias=False)
+            self.attn_out = nn.Linear(q, h, bias=False)
+            self.ln2 = nn.LayerNorm(h, bias=False)
+            self.gate = nn.Linear(h, spec.ffn_hidden, bias=False)
+            self.up = nn.Linear(h, spec.ffn_hidden, bias=False)
+            self.fc2 = nn.Linear(spec.ffn_hidden, h, bias=False)
+
+        def forward(self, x):
+            B, S, _ = x.shape
+            d, q = spec.head_dim, spec.q_dim
+            y = self.ln1(x)
+            qh = self.wq(y).view(B, S, spec.n_heads, d).transpose(1, 2)
+            kh = self.wk(y).view(B, S, spec.n_kv_heads, d).transpose(1, 2)
+            vh = self.wv(y).view(B, S, spec.n_kv_heads, d).transpose(1, 2)
+            o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True,
+                                               enable_gqa=spec.n_kv_heads != spec.n_heads)
+            x = x + self.attn_out(o.transpose(1, 2).reshape(B, S, q))
+            y = self.ln2(x)
+            return x + self.fc2(F.silu(self.gate(y)) * self.up(y))
+    return SplitBlock
 
 
 def _decoder_class(spec: TransformerSpec, block: Any) -> Any:

@@ -65,3 +65,23 @@ def test_fsdp2_copy_bytes_per_parameter_match_the_mechanism(monkeypatch, fake_wo
     assert c.first[0].bytes_moved == pytest.approx(4.0 * total_params)     # copy-out
     assert c.rest[0].bytes_moved == pytest.approx(6.0 * total_params)      # chunk-cat
     assert c.fwd[0].kernels == c.first[0].kernels == c.rest[0].kernels == len(model.blocks)
+
+
+def test_fsdp2_unit_host_cost_is_the_median_of_its_mixed_precision_rows():
+    """frameworks.json fsdp2_unit's host cost per unit is the median of the measured rows for
+    torchtitan-shaped blocks (9 parameter tensors) under MixedPrecisionPolicy(bf16, fp32)
+    (hardware_db/data/measurements/host_mechanisms.csv, calibrate.bench_dp.fsdp2_rows)."""
+    import csv
+    import statistics
+    from pathlib import Path
+
+    from simulator.frameworks import HOST
+    path = Path(__file__).resolve().parents[3] / "hardware_db" / "data" / "measurements" / \
+        "host_mechanisms.csv"
+    rows = [r for r in csv.DictReader(path.open()) if r["mechanism"] == "fsdp2_unit"
+            and r["metric"].startswith("per unit of 9 tensors")]
+    assert len(rows) >= 6 and all("MixedPrecisionPolicy" in r["method"] for r in rows)
+    m = HOST.mechanisms["fsdp2_unit"]
+    for pas, got in (("fwd", m.layer_fwd_eager_ops), ("bwd", m.layer_bwd_eager_ops)):
+        med = statistics.median(float(r["eager_ops"]) for r in rows if r["metric"].endswith(pas))
+        assert got == pytest.approx(med, abs=0.01), pas
