@@ -29,7 +29,6 @@ from .reference_data import (
     NCCL_SRC,
     NCCL_TUNING,
     NDR_GBYTES_PER_S,
-    NDR_SRC,
     PCIE_GEN5_GBYTES_PER_S,
     SWITCH_RADIX,
 )
@@ -39,7 +38,7 @@ PLATEAU_BYTES = 16 << 30
 
 
 def reference_fabric(n_gpus: int, sharp: bool = False) -> Fabric:
-    """DGX H100 class nodes (``NDR_SRC``; NVLink4 450 GB/s, ``DATASHEET``)."""
+    """DGX H100 class nodes (``reference_data.NDR_SRC``; NVLink4 450 GB/s, ``DATASHEET``)."""
     return Fabric(n_gpus=n_gpus, gpus_per_node=8, domain_gpus=8, scale_up_kind="nvlink",
                   scale_up_gbytes_per_s=DATASHEET["h100-sxm"].nvlink_gbytes_per_s,
                   in_switch=True, nics_per_node=8, nic_kind="infiniband",
