@@ -11,8 +11,10 @@
   ``use_orig_params=True``, ``limit_all_gathers=True``) on a fake process group of 2 ranks
   (no communication), extra time per unit, forward and backward separately;
 * ``fsdp2_unit``: ``fully_shard`` (FSDP2, one unit per block plus the root, default
-  ``reshard_after_forward``, no mixed precision) on a 2-rank device mesh over the same fake
-  process group, extra time per unit, forward and backward separately;
+  ``reshard_after_forward``, torchtitan's MixedPrecisionPolicy(bf16, fp32)) on a 2-rank
+  device mesh over the same fake process group, against the bare model in bf16, for blocks
+  of 6 and of 9 parameter tensors (``calibrate.bench_dp.fsdp2_rows``), extra time per unit,
+  forward and backward separately;
 * ``deepspeed_bf16_grad_loop``: the per-micro-batch loop of DeepSpeed's ``BF16_Optimizer``
   (``update_hp_grads`` as of 2022: per bf16 parameter tensor ``hp_grad.data.add_(
   lp.grad.data.to(fp32).view(shape))`` then ``lp.grad = None``), per tensor.

@@ -319,8 +319,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
-        edge = model.vocab * model.hidden / plan.tp if first else 0.0
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster, edge)
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
+                       _fsdp_edge_params(model, plan, first, last))
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
@@ -391,6 +391,18 @@ def fsdp_per_step(plan: Plan) -> float:
     return 1.0 / chunk_passes(plan) if fsdp_once_per_step(plan) else 1.0
 
 
+def _fsdp_edge_params(model: TransformerSpec, plan: Plan, first: bool, last: bool) -> float:
+    """Parameters of the FSDP unit that opens the step (gathered first) and closes it
+    (reduced in the final callback), on the chunk holding the embedding: the embedding unit
+    (torchtitan: ``fsdp_embedding_unit``), else the root, which also holds the output layer
+    when the chunk has it and it is not tied (the final norm is left out)."""
+    if not first:
+        return 0.0
+    emb = model.vocab * model.hidden / plan.tp
+    own_head = last and not model.tied_embeddings and not plan.memory.fsdp_embedding_unit
+    return emb * (2.0 if own_head else 1.0)
+
+
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile,
                    cluster: ClusterSpec, edge_params: float = 0.0) -> None:
@@ -438,6 +450,7 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
             (bwd, regather * ag + cat + f * rs, what_bwd, regather * w_bytes + f * r_bytes,
              regather * first_layer + edge_rs)):
         busy = pc.total_s
+        lead = min(lead, comm)        # priced one unit at a time, never more than the lane
         exposed = f * rs + lead if pc is bwd and once else \
             lead + max(0.0, comm - lead - busy)
         slowed = interference_s(min(comm, busy), prof)

@@ -140,6 +140,7 @@ class FrameworkMemory:
     dp_bucket_buffer_elements: float = 0.0
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
+    fsdp_embedding_unit: bool = False        # the embedding is its own FSDP unit (torchtitan)
     fsdp_reduce_fp32: bool = False           # FSDP reduce-scatters gradients in fp32
     fsdp_pp_once_per_step: bool = False      # with PP, FSDP gathers / reduces once per step
     optimizer_offload: bool = False

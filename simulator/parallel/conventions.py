@@ -60,6 +60,7 @@ class MemoryConventions:
     dp_bucket_buffer_elements: float = 0.0
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
+    fsdp_embedding_unit: bool = False        # the embedding is its own FSDP unit (torchtitan)
     fsdp_reduce_fp32: bool = False           # FSDP's reduce-scatter in fp32 (else 16-bit)
     fsdp_pp_once_per_step: bool = False      # with PP: gather / reduce once per step
     moe_weighted_activation: bool = False    # MoE combine keeps no expert outputs
@@ -117,6 +118,7 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         fused_swiglu=fw.fused_swiglu, dropout=fw.dropout, dp_buckets=BucketKind(fw.dp_buckets),
         dp_bucket_buffer_elements=fw.dp_bucket_buffer_elements,
         fsdp_prefetch_layers=fw.fsdp_prefetch_layers, fsdp_root_resharded=fw.fsdp_root_resharded,
+        fsdp_embedding_unit=fw.fsdp_embedding_unit,
         fsdp_reduce_fp32=fw.fsdp_reduce_fp32, fsdp_pp_once_per_step=fw.fsdp_pp_once_per_step,
         moe_weighted_activation=fw.moe_weighted_activation,
         eager_elementwise=fw.eager_elementwise, framework=fw.name)

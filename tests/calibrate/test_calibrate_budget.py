@@ -2,7 +2,6 @@
 points it keeps are the informative ones, and the one-line refusals without a GPU."""
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -61,7 +61,17 @@ def test_foreach_adamw_and_clip_bytes_per_parameter(framework):
     assert plan.memory.optimizer_step_temp_bytes_per_param == 4.0       # fp32 moments
     charged = optimizer_bytes_per_param(plan)
     assert charged == pytest.approx(_counted_bytes_per_param(), rel=0.05)
-    assert charged > 28.0                    # more than the fused step (one pass of each)
+    assert charged == pytest.approx(24 * 4.0)
+
+
+@pytest.mark.parametrize("framework", ["hf", "pytorch"])
+def test_foreach_adamw_on_16_bit_parameters_moves_half(framework):
+    """hf / pytorch train 16-bit parameters with moments in their dtype (frameworks.json
+    memory): the same 24 passes over 2-byte tensors."""
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"),
+                          framework)
+    assert plan.memory.optimizer_step_temp_bytes_per_param == 2.0
+    assert optimizer_bytes_per_param(plan) == pytest.approx(24 * 2.0)
 
 
 def test_fused_frameworks_keep_the_fused_count():

@@ -33,11 +33,15 @@ def _lane(pc):
     return next(s for s in pc.segments if s.name.startswith("fsdp"))
 
 
-@pytest.mark.parametrize("framework", ["torchtitan", "fsdp2", "llm-foundry"])
-def test_the_embeddings_gather_leads_and_its_reduce_scatter_trails(framework):
+@pytest.mark.parametrize("framework, units", [("torchtitan", 1), ("fsdp2", 2),
+                                              ("llm-foundry", 2)])
+def test_the_embeddings_gather_leads_and_its_reduce_scatter_trails(framework, units):
+    """torchtitan shards the embedding as its own unit; plain FSDP / FSDP2 / llm-foundry
+    leave it in the root with the (untied) output layer: the edge is 1 or 2 embeddings."""
     m, plan, prof, groups, ch = _first_chunk(64, framework)
+    assert not m.tied_embeddings
     g = groups["dp"]
-    edge = m.vocab * m.hidden
+    edge = units * m.vocab * m.hidden
     layer = (ch.params - edge) / len(ch.layers)
     c, r = 2, (4 if plan.memory.fsdp_reduce_fp32 else 2)
     lead = (group_collective_s(Collective.ALL_GATHER, edge * c, g, prof)
@@ -50,11 +54,28 @@ def test_the_embeddings_gather_leads_and_its_reduce_scatter_trails(framework):
     assert fwd.exposed_s <= fwd.comm_s * (1 + 1e-9) and bwd.exposed_s <= bwd.comm_s * (1 + 1e-9)
 
 
-def test_the_edges_grow_with_the_vocabulary():
-    """A larger vocabulary, the same layers: more of the step waits on the edges."""
+def test_a_larger_vocabulary_adds_its_whole_reduce_scatter_to_the_tail():
+    """Doubling the vocabulary, the same layers: the backward's exposure grows by at least
+    the extra embedding's reduce-scatter (the lane's tail), not by a layer's share of it."""
     from dataclasses import replace
     m, plan, prof, groups, ch = _first_chunk(64)
     cl = hardware_db.build_cluster("h100-sxm", 64)
     big = build_chunks(replace(m, vocab=2 * m.vocab), plan, cl, prof, groups)[0][0]
-    assert _lane(big.fwd).exposed_s > _lane(ch.fwd).exposed_s
-    assert _lane(big.bwd).exposed_s > _lane(ch.bwd).exposed_s
+    g, e = groups["dp"], m.vocab * m.hidden
+    extra_rs = (group_collective_s(Collective.REDUCE_SCATTER, 2 * e * 4, g, prof)
+                - group_collective_s(Collective.REDUCE_SCATTER, e * 4, g, prof))
+    assert _lane(big.bwd).exposed_s - _lane(ch.bwd).exposed_s >= extra_rs * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_short_chunk_never_exposes_more_than_its_lane(layers):
+    """Priced one unit at a time, the edges can sum to more than the chunk's one gather;
+    what is exposed is capped by the lane."""
+    from dataclasses import replace
+    m = replace(get_preset("llama3-8b"), n_layers=layers)
+    cl, prof = hardware_db.build_cluster("h100-sxm", 64), hardware_db.load_profile("h100-sxm")
+    plan = with_framework(Plan(dp=64, micro_batch=1, global_batch=64, precision="bf16"),
+                          "fsdp2")
+    ch = build_chunks(m, plan, cl, prof, place_groups(cl, plan))[0][0]
+    for pc in (ch.fwd, ch.bwd):
+        assert _lane(pc).exposed_s <= _lane(pc).comm_s * (1 + 1e-9)

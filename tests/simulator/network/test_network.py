@@ -2,7 +2,6 @@
 oversubscription and rails, and accuracy on collectives.csv."""
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
