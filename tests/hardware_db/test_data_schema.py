@@ -54,6 +54,11 @@ def _drop(*keys: str) -> Callable[[dict], None]:
     return edit
 
 
+def _link_case(link: str, field: str, value: Any) -> tuple:
+    return ("links", _set("links", link, field, value=value), f"links.{link}.{field}",
+            repr(value))
+
+
 # (file, edit, field named in the error, text of the bad value in the message)
 CASES = [
     ("gpus", _set("gpus", "h100-sxm", "mem_bw_gbytes_per_s", value=-3350.0),
@@ -86,18 +91,12 @@ CASES = [
     ("links", _drop("links", "pcie-gen5", "latency_us"), "links.pcie-gen5.latency_us", "None"),
     ("links", _set("links", "xgmi-mi300x", "fabric", value="ring"),
      "links.xgmi-mi300x.fabric", "'ring'"),
-    ("links", _set("links", "nvlink4-h800", "variant_of", value="nvlink9"),
-     "links.nvlink4-h800.variant_of", "'nvlink9'"),
-    ("links", _set("links", "nvlink3-a800", "variant_of", value="pcie-gen4"),
-     "links.nvlink3-a800.variant_of", "'pcie-gen4'"),
-    ("links", _set("links", "nvlink3-a800", "variant_of", value="nvlink3-a800"),
-     "links.nvlink3-a800.variant_of", "'nvlink3-a800'"),
-    ("links", _set("links", "xgmi-mi250x", "pair_gbytes_per_s", value=400.0),
-     "links.xgmi-mi250x.pair_gbytes_per_s", "400.0"),
-    ("links", _set("links", "nvlink4", "pair_gbytes_per_s", value=100.0),
-     "links.nvlink4.pair_gbytes_per_s", "100.0"),
-    ("links", _set("links", "xgmi-mi250x", "pair_gbytes_per_s", value=-1.0),
-     "links.xgmi-mi250x.pair_gbytes_per_s", "-1.0"),
+    # a GPU's own wiring of a named generation, and a packaged mesh's sibling share
+    *(_link_case(link, field, value) for link, field, value in (
+        ("nvlink4-h800", "variant_of", "nvlink9"), ("nvlink3-a800", "variant_of", "pcie-gen4"),
+        ("nvlink3-a800", "variant_of", "nvlink3-a800"),
+        ("xgmi-mi250x", "pair_gbytes_per_s", 400.0), ("nvlink4", "pair_gbytes_per_s", 100.0),
+        ("xgmi-mi250x", "pair_gbytes_per_s", -1.0))),
     ("nodes", _set("nodes", "dgx-h100", "scale_up", value="nvlink9"),
      "nodes.dgx-h100.scale_up", "'nvlink9'"),
     ("nodes", _set("nodes", "dgx-h100", "nic", value="nvlink4"),
