@@ -33,12 +33,11 @@ from .stage_work import ChunkWork
 
 def optimizer_bytes_per_param(plan: Plan) -> float:
     """Bytes the optimizer step moves per local parameter for the plan's precision
-    (``CONVENTIONS``: counted from the update's reads and writes). torch's foreach AdamW
-    (a framework with ``optimizer_foreach``, whose one-moment temporary the memory model
-    keeps) passes over whole tensors of a moment's size ``foreach_moment_passes`` times."""
-    moment = plan.memory.optimizer_step_temp_bytes_per_param
-    if moment > 0 and CONVENTIONS.foreach_moment_passes > 0:
-        return CONVENTIONS.foreach_moment_passes * moment
+    (``CONVENTIONS``: counted from the update's reads and writes, a fused step). An unfused
+    step (torch's foreach AdamW, Composer's DecoupledAdamW loop) passes over whole tensors of
+    a moment's size ``optimizer_step_passes`` times (frameworks.json memory)."""
+    if plan.memory.optimizer_step_pass_bytes_per_param > 0:
+        return plan.memory.optimizer_step_pass_bytes_per_param
     if plan.precision.value == "fp32":
         return CONVENTIONS.optimizer_traffic_fp32_bytes_per_param
     return CONVENTIONS.optimizer_traffic_mixed_bytes_per_param

@@ -63,7 +63,6 @@ class Conventions:
     optimizer_traffic_mixed_bytes_per_param: float
     optimizer_traffic_fp32_bytes_per_param: float
     cross_entropy: CrossEntropyBytes
-    foreach_moment_passes: float = 0.0      # torch foreach AdamW + clip: tensor passes
 
 
 @dataclass(frozen=True)
@@ -137,6 +136,7 @@ class FrameworkMemory:
     why: str
     extra_16bit_grads: tuple[str, ...] = ()  # precisions with a 16-bit .grad beside fp32 grads
     optimizer_foreach: bool = False
+    optimizer_step_passes: float = 0.0       # tensor passes of an unfused step (0: fused)
     dp_bucket_buffer_elements: float = 0.0
     fsdp_prefetch_layers: int = 1
     fsdp_root_resharded: bool = False
@@ -188,8 +188,7 @@ def _load() -> tuple[dict[str, FrameworkDefaults], FrameworkDefaults, Convention
     c = data["conventions"]
     traffic = c["optimizer_step_traffic_bytes_per_param"]
     conv = Conventions(float(traffic["mixed"]), float(traffic["fp32"]),
-                       CrossEntropyBytes(**_strip(c["cross_entropy"])),
-                       float(traffic.get("foreach_moment_passes", 0.0)))
+                       CrossEntropyBytes(**_strip(c["cross_entropy"])))
     return fws, FrameworkDefaults.from_dict(data["default_framework"]), conv
 
 

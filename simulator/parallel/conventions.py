@@ -50,6 +50,7 @@ class MemoryConventions:
     optimizer_state_bytes_per_param: float = 8.0
     optimizer_grad_copy: bool = False
     optimizer_step_temp_bytes_per_param: float = 0.0
+    optimizer_step_pass_bytes_per_param: float = 0.0   # an unfused step: passes x moment bytes
     optimizer_offload: bool = False
     fp8_weight_copy_bytes_per_param: float = 2.0
     fp8_primary_weights: bool = False        # FP8 bytes replace the 16-bit linear weights
@@ -112,6 +113,7 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         grad_dtype=grad, extra_grad_bytes_per_param=extra,
         optimizer_state_bytes_per_param=state_bytes, optimizer_grad_copy=fw.optimizer_grad_copy,
         optimizer_step_temp_bytes_per_param=state_bytes / 2 if fw.optimizer_foreach else 0.0,
+        optimizer_step_pass_bytes_per_param=fw.optimizer_step_passes * state_bytes / 2,
         optimizer_offload=fw.optimizer_offload,
         fp8_weight_copy_bytes_per_param=fw.fp8_weight_copy_bytes_per_param,
         fp8_primary_weights=fw.fp8_primary_weights, loss=LossImpl(fw.loss),

@@ -1,8 +1,8 @@
-"""torch's foreach AdamW with foreach gradient clipping, as the frameworks whose memory entry
-sets ``optimizer_foreach`` step (frameworks.json conventions 'foreach_moment_passes'):
-counted on this CPU by a TorchDispatchMode, every tensor an op reads is one pass, every
-tensor it writes (in place or new) another; the step's bytes per parameter are what
-``optimizer_bytes_per_param`` charges, within 5 %."""
+"""Unfused optimizer steps (frameworks.json memory 'optimizer_step_passes'): torch's foreach
+AdamW with foreach gradient clipping (fsdp, fsdp2, hf, pytorch) and Composer's DecoupledAdamW
+per-tensor loop with norm clipping (llm-foundry), counted on this CPU by a TorchDispatchMode:
+every tensor an op reads is one pass, every tensor it writes (in place or new) another; the
+step's bytes per parameter are what ``optimizer_bytes_per_param`` charges, within 5 %."""
 from __future__ import annotations
 
 import pytest
@@ -14,18 +14,37 @@ from simulator.parallel.plan import Plan
 pytestmark = pytest.mark.torch
 
 
-def _counted_bytes_per_param(n_tensors: int = 8, size: int = 4096) -> float:
+def _decoupled_adamw(params, state, beta1=0.9, beta2=0.95, eps=1e-8, lr=1e-4):
+    """Composer's DecoupledAdamW.adamw loop body as written (composer/optim/
+    decoupled_weight_decay.py @ 64051888 L268-295), weight_decay 0 as MPT's yamls set it."""
+    import math
+
+    import torch
+    with torch.no_grad():
+        for p in params:
+            if p not in state:
+                state[p] = (torch.zeros_like(p), torch.zeros_like(p))
+            exp_avg, exp_avg_sq = state[p]
+            exp_avg.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2)).add_(eps)
+            p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1))
+
+
+def _counted_bytes_per_param(n_tensors: int = 8, size: int = 4096,
+                             composer: bool = False) -> float:
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
 
     params = [torch.nn.Parameter(torch.randn(size)) for _ in range(n_tensors)]
+    state: dict = {}
     opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=True)
 
     def step():
-        for p in params:
-            p.grad = torch.randn(size)
-        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
-        opt.step()
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=not composer)
+        _decoupled_adamw(params, state) if composer else opt.step()
+    for p in params:
+        p.grad = torch.randn(size)
     step()                                           # state allocated outside the count
 
     class Count(TorchDispatchMode):
@@ -49,8 +68,7 @@ def _counted_bytes_per_param(n_tensors: int = 8, size: int = 4096) -> float:
     for p in params:
         p.grad = torch.randn(size)
     with Count():
-        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
-        opt.step()
+        step()
     return Count.moved / (n_tensors * size)
 
 
@@ -64,6 +82,14 @@ def test_foreach_adamw_and_clip_bytes_per_parameter(framework):
     assert charged == pytest.approx(24 * 4.0)
 
 
+def test_composers_decoupled_adamw_loop_and_clip_bytes_per_parameter():
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"),
+                          "llm-foundry")
+    assert plan.memory.optimizer_step_temp_bytes_per_param == 0.0     # one tensor at a time
+    assert optimizer_bytes_per_param(plan) == pytest.approx(
+        _counted_bytes_per_param(composer=True), rel=0.05)
+
+
 @pytest.mark.parametrize("framework", ["hf", "pytorch"])
 def test_foreach_adamw_on_16_bit_parameters_moves_half(framework):
     """hf / pytorch train 16-bit parameters with moments in their dtype (frameworks.json
@@ -71,7 +97,7 @@ def test_foreach_adamw_on_16_bit_parameters_moves_half(framework):
     plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"),
                           framework)
     assert plan.memory.optimizer_step_temp_bytes_per_param == 2.0
-    assert optimizer_bytes_per_param(plan) == pytest.approx(24 * 2.0)
+    assert optimizer_bytes_per_param(plan) == pytest.approx(24 * 2.0)   # 2-byte moments
 
 
 def test_fused_frameworks_keep_the_fused_count():
