@@ -127,7 +127,7 @@ def linear_calls(ops: list[Op]) -> int:
 
 def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
                     calls: int = 0, mode: str = "eager", recompute_calls: int = 0,
-                    recompute_layers: int = 0) -> tuple[HostCost, HostCost]:
+                    recompute_layers: int = 0, edge_units: int = 0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -135,7 +135,9 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     module's Python glue, a checkpoint wrapper's work per recomputed layer:
     ``recompute_layer_fwd_eager_ops`` in the forward, ``_bwd_`` in the backward) scales with
     the launch ``mode`` like any per-op cost (``op_scale``: a compiled region trims it, a
-    CUDA graph replays without it); hooks and loops run outside either and do not."""
+    CUDA graph replays without it); hooks and loops run outside either and do not.
+    ``edge_units``: FSDP units beside the layers' (the root, torchtitan's embedding and
+    [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed)."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
@@ -145,8 +147,9 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
         wrap_f, wrap_b = (m.recompute_layer_fwd_eager_ops * scale,
                           m.recompute_layer_bwd_eager_ops * scale)
         fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * per_call \
-            + recompute_layers * wrap_f
-        bwd += layers * m.layer_bwd_eager_ops + tensors * m.param_tensor_bwd_eager_ops \
+            + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops
+        bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
+            + tensors * m.param_tensor_bwd_eager_ops \
             + (calls + recompute_calls) * per_call + recompute_layers * (glue + wrap_b)
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 

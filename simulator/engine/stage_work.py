@@ -311,7 +311,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
                             eager_host(ew, prof, True, plan.host_mode)))
         tensors += param_tensors(extra)
         calls += linear_calls(extra)
-    _add_per_param_work(fwd, (bwd, wgrad), params, (len(layers), tensors, calls), plan,
+    _add_per_param_work(fwd, (bwd, wgrad), params,
+                        (len(layers), tensors, calls, _fsdp_edge_units(plan, first, last)), plan,
                         cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
@@ -325,15 +326,15 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
 
 
 def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float,
-                        counts: tuple[int, int, int], plan: Plan, cluster: ClusterSpec,
+                        counts: tuple[int, int, int, int], plan: Plan, cluster: ClusterSpec,
                         prof: Profile, groups: dict[str, GroupPlacement]) -> None:
     """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
     GEMM, and the framework's host mechanisms (hooks, loops, module overheads) with their
     device copies; added to each of ``bwds`` (the backward, and its W half, which runs it
     when split), except the copies the input-gradient pass needs first, which go to the
     whole backward only (so B carries them). ``counts``: the chunk's layers, parameter
-    tensors and Linear calls."""
-    layers, tensors, calls = counts
+    tensors, Linear calls and FSDP units beside the layers' (``_fsdp_edge_units``)."""
+    layers, tensors, calls, edge_units = counts
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
@@ -342,7 +343,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
                                          plan.grad_bytes, chunk_passes(plan))
     full = plan.recompute == Recompute.FULL
-    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode)
+    hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode,
+                             edge_units=edge_units)
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
@@ -389,6 +391,15 @@ def fsdp_per_step(plan: Plan) -> float:
     """Share of a chunk's pass that FSDP's once-per-step gather costs: one over the chunk's
     passes per step under ``fsdp_once_per_step`` (spread evenly), else 1."""
     return 1.0 / chunk_passes(plan) if fsdp_once_per_step(plan) else 1.0
+
+
+def _fsdp_edge_units(plan: Plan, first: bool, last: bool) -> int:
+    """FSDP units of the chunk beside its layers': the root (on the first chunk) and, where
+    the embedding is a unit of its own (torchtitan's apply_fsdp), it and [norm, output]."""
+    if plan.zero_stage < 3:
+        return 0
+    own = plan.memory.fsdp_embedding_unit
+    return int(first) * (2 if own else 1) + int(last and own)
 
 
 def _fsdp_edge_params(model: TransformerSpec, plan: Plan, first: bool, last: bool) -> float:

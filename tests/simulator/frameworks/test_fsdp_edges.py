@@ -79,3 +79,27 @@ def test_a_short_chunk_never_exposes_more_than_its_lane(layers):
     ch = build_chunks(m, plan, cl, prof, place_groups(cl, plan))[0][0]
     for pc in (ch.fwd, ch.bwd):
         assert _lane(pc).exposed_s <= _lane(pc).comm_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("framework, units", [("fsdp2", 1), ("torchtitan", 3)])
+def test_the_edge_units_pay_a_units_hooks(framework, units):
+    """Besides one unit per layer, FSDP runs the root's hooks (and, in torchtitan, those of
+    the embedding and [norm, output] units): with one chunk, 1 or 3 more units' host work
+    than the layers alone (each priced as a layer unit's hooks, assumed)."""
+    import dataclasses
+
+    from simulator.cost.host import mechanisms_host
+    from simulator.frameworks import HOST
+    m, plan, prof, groups, ch = _first_chunk(8, framework, "llama3-8b")
+    mech = HOST.mechanisms["fsdp2_unit"]
+    layers = len(ch.layers)
+    f0, b0 = mechanisms_host(("fsdp2_unit",), layers, 0, prof)
+    f1, b1 = mechanisms_host(("fsdp2_unit",), layers, 0, prof, edge_units=units)
+    assert f1.ops - f0.ops == pytest.approx(units * mech.layer_fwd_eager_ops)
+    assert b1.ops - b0.ops == pytest.approx(units * mech.layer_bwd_eager_ops)
+    bare = dataclasses.replace(plan, host_mechanisms=tuple(
+        x for x in plan.host_mechanisms if x != "fsdp2_unit"))
+    cl = hardware_db.build_cluster("h100-sxm", 8)
+    plain = build_chunks(m, bare, cl, prof, groups)[0][0]
+    extra_ops = ch.fwd.host_ops - plain.fwd.host_ops
+    assert extra_ops == pytest.approx((layers + units) * mech.layer_fwd_eager_ops, rel=1e-6)
