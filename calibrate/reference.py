@@ -31,7 +31,7 @@ from . import reference_network as N
 from .csvrows import Row, cite, load_rows, select
 from .profile_io import write_profile
 from .reference_attention import AttentionRefs, attention_curves, build_attention_refs
-from .reference_data import ATTENTION, LAUNCH_SRC, LAUNCH_US
+from .reference_data import AMPERE_A100, ATTENTION, LAUNCH_SRC, LAUNCH_US
 from .reference_gemm import GemmRefs
 from .reference_gemm_build import build_refs, gemm_for
 from .reference_host import host_for
@@ -41,7 +41,6 @@ PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
             "h100-sxm", "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300",
             "gb300", "mi250x", "mi300x", "mi325x", "mi355x", "l40s")
-AMPERE_A100 = ("a100", "a800")    # key prefixes of GA100 parts (A800 = A100 with NVLink cut)
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 

@@ -27,6 +27,7 @@ from simulator.hardware.profile import AttentionCurve, AttentionModel, Coefficie
 
 from .csvrows import Row, cite
 from .fit import AttnCurvePoint, FitResult, fit_attention_curve
+from .reference_data import AMPERE_A100
 
 CAUSAL_BLOCK = 128.0
 CAUSAL_BLOCK_SRC = ("kernel tile: FlashAttention-2/3 and cuDNN process causal attention in "
@@ -297,7 +298,7 @@ def _both_directions(kernel: str, fb: AttentionCurve) -> dict[str, AttentionCurv
 def attention_curves(key: str, refs: AttentionRefs) -> AttentionModel | None:
     """Curve-based AttentionModel for GPUs with attention sweeps (or a sibling's), else None."""
     c = refs.curves
-    if key.startswith(("a100", "a800")):
+    if key.startswith(AMPERE_A100):
         curves = {**_both_directions("flash", c["A100:flash:fb"].curve),
                   **_both_directions("flash1", c["A100:flash1:fb"].curve)}
         if key.startswith("a800"):

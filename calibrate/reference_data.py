@@ -21,6 +21,10 @@ class Datasheet:
     cite: str
 
 
+# key prefixes of GA100 parts, which share the A100's measured GEMM, attention and NVLink
+# efficiencies (A800 = A100 with its NVLink cut)
+AMPERE_A100 = ("a100", "a800")
+
 DATASHEET: Mapping[str, Datasheet] = {
     "v100-sxm-32gb": Datasheet({"fp32": 15.7, "fp16": 125.0}, 900.0, 80, 150.0,
                                "gpus.csv line 2; links.csv line 4"),

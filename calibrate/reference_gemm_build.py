@@ -11,6 +11,7 @@ from simulator.hardware.profile import GemmModel
 
 from .csvrows import Row, load_rows
 from .reference_blackwell import blackwell_fits, blackwell_gemm
+from .reference_data import AMPERE_A100
 from .reference_gemm import (
     BLACKWELL_MAMF,
     CUBLAS_TILES,
@@ -43,7 +44,7 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
     """GemmModel per GPU: measured where a row exists, transferred (and said so) elsewhere."""
     launch = hopper_launch(refs)
     a100 = a100_gemm("a100-sxm-80gb", refs, transferred(launch, "A100"))
-    if key.startswith(("a100", "a800")):
+    if key.startswith(AMPERE_A100):
         return a100 if key == "a100-sxm-80gb" else a100_gemm(key, refs, a100.launch_us)
     if key in ("h100-sxm", "h200-sxm", "h800", "gh200"):
         g = hopper_gemm(key, refs)

@@ -77,8 +77,9 @@ class Fabric:
         """Share of a GPU's scale-up bandwidth a group of ``members`` in one domain can
         use: all of it through a switch; on a mesh the links to its ``members - 1`` peers
         of the ``mesh_gpus - 1`` the node wires (RCCL / NCCL run rings over every such link
-        at once), however few GPUs the job uses. A packaged mesh: ``packaged_share``."""
-        wired = self.mesh_gpus or self.domain_gpus
+        at once), however few GPUs the job uses. A packaged mesh:
+        ``packaged_gbytes_per_s``."""
+        wired = self.wired_gpus
         if not self.scale_up_mesh or wired <= 1:
             return 1.0
         if self.scale_up_pair_gbytes_per_s > 0:
@@ -94,7 +95,7 @@ class Fabric:
         package once per channel); an all-to-all spreads over every peer, so its slowest
         peers bind; a send between two devices is the sibling link only for a 2-member
         stride-1 group (a pipeline of more stages also crosses packages)."""
-        wired = self.mesh_gpus or self.domain_gpus
+        wired = self.wired_gpus
         pair = self.scale_up_pair_gbytes_per_s
         if wired <= 2:
             return pair
@@ -109,6 +110,11 @@ class Fabric:
         if pattern == "a2a":
             return (m - 1) * rest
         return min(pair + (m - 2) * rest, 2 * (m - 2) * rest)
+
+    @property
+    def wired_gpus(self) -> int:
+        """GPUs one scale-up mesh wires together (the node's domain, not the job's)."""
+        return self.mesh_gpus or self.domain_gpus
 
     # ---- counts ------------------------------------------------------------------------
     @property

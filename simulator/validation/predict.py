@@ -266,12 +266,17 @@ def _framework_of(row: Mapping[str, str], cluster: ClusterSpec, notes: list[str]
     return era
 
 
+def _model_parallel(row: Mapping[str, str]) -> int:
+    """tp x pp x cp of a row (each 1 where empty)."""
+    return _int(row, "tp", 1) * _int(row, "pp", 1) * _int(row, "cp", 1)
+
+
 def fill_degrees(row: dict, notes: list[str]) -> None:
     """In place: an empty ``dp`` is the GPUs left over by tp x pp x cp (Megatron's
     convention: data parallelism is what the other degrees leave), and an empty ``n_gpus``
     the product of the four degrees; each fill is noted. An empty ``dp`` the degrees do not
     divide the GPU count for is refused, naming ``dp``."""
-    model_par = _int(row, "tp", 1) * _int(row, "pp", 1) * _int(row, "cp", 1)
+    model_par = _model_parallel(row)
     n, dp = _int(row, "n_gpus"), _int(row, "dp")
     if n is None and dp is not None:
         row["n_gpus"] = str(model_par * dp)
@@ -297,12 +302,12 @@ def count_devices(row: dict, cluster: ClusterSpec, make_cluster: ClusterFactory,
     if k <= 1 or n is None:
         return False
     gpn = _int(row, "gpus_per_node")
-    ranks = _int(row, "tp", 1) * _int(row, "pp", 1) * _int(row, "cp", 1) * _int(row, "dp", 1)
+    ranks = _model_parallel(row) * _int(row, "dp", 1)
     cards_per_node = gpn is not None and gpn * k == _own_node_devices(row, n * k, make_cluster)
     if not (cards_per_node or ranks == k * n):
         return False
     row["n_gpus"] = str(n * k)
-    if gpn is not None and cards_per_node:
+    if cards_per_node:
         row["gpus_per_node"] = str(gpn * k)
     if ranks == n:                               # the degrees counted cards too: more DP
         row["dp"] = str(_int(row, "dp", 1) * k)
