@@ -86,11 +86,10 @@ def _split_block_class(spec: TransformerSpec) -> Any:
     """``_block_class`` with one Linear per projection (``build_model(split=True)``)."""
     import torch.nn as nn
     import torch.nn.functional as F
-    base = _block_class(spec)
 
-    class SplitBlock(base):
+    class SplitBlock(nn.Module):
         def __init__(self) -> None:
-            nn.Module.__init__(self)
+            super().__init__()
             h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
             self.ln1 = nn.LayerNorm(h, bias=False)
             self.wq = nn.Linear(h, q, bias=False)
