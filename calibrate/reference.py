@@ -33,6 +33,7 @@ from .profile_io import write_profile
 from .reference_attention import AttentionRefs, attention_curves, build_attention_refs
 from .reference_data import AMPERE_A100, ATTENTION, LAUNCH_SRC, LAUNCH_US
 from .reference_gemm import GemmRefs
+from .reference_gaudi import GAUDI_GPUS
 from .reference_gemm_build import build_refs, gemm_for
 from .reference_host import host_for
 
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROFILE_DIR = REPO / "hardware_db" / "data" / "profiles"
 GPU_KEYS = ("v100-sxm-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
             "h100-sxm", "h100-pcie", "h800", "gh200", "h200-sxm", "b200", "gb200", "b300",
-            "gb300", "mi250x", "mi300x", "mi325x", "mi355x", "l40s")
+            "gb300", "mi250x", "mi300x", "mi325x", "mi355x", "l40s", "gaudi2", "gaudi3")
 FINGERPRINT = {"built_from": "hardware_db/data/measurements/*.csv",
                "builder": "calibrate.reference"}
 
@@ -148,6 +149,8 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     links["host"] = L.host_from(links["pcie"])
     if key in ("mi300x", "mi325x", "mi355x", "mi250x"):
         links["xgmi"] = L.xgmi_from(a100, key.upper())
+    elif key in GAUDI_GPUS:
+        pass        # scale-up is on-die RoCE (links.json kind roce): the roce coefficients
     else:
         links["nvlink"] = nv.coefs
     return links, fits
@@ -207,6 +210,17 @@ NOTES = {
     "mi355x": "MI355X (CDNA4, 1400 W): GEMM level from its own MAMF row (1565 TF, TunableOp "
               "off), Hopper shape terms carried (assumed); xGMI, attention, memory efficiency "
               "and fp8 (at the bf16 fraction) are assumptions (no RCCL, attention or fp8 rows).",
+    "gaudi2": "Gaudi 2: GEMM levels from its own MAMF rows (bf16 418.7, fp8 826.5 TF; lazy "
+              "mode) on its 2 MMEs with 256x256 tiles and no k-loop term (assumed); the 8 cards "
+              "of an HLS-Gaudi2 box are an all-to-all mesh of on-die 100GbE RoCE ports priced "
+              "with the RoCE coefficients (assumed: no HCCL row); attention, memory efficiency, "
+              "host time and the power-limit ceiling are transferred (assumed).",
+    "gaudi3": "Gaudi 3: GEMM levels from its own MAMF rows (bf16 1243.0, fp8 1289.5 TF at the "
+              "1600 MHz MME clock it ships with; lazy mode) on its 8 MMEs with 256x256 tiles "
+              "and no k-loop term (assumed); HLS-3's all-to-all mesh of 200GbE RoCE ports "
+              "priced with the RoCE coefficients (assumed: no HCCL row); attention, memory "
+              "efficiency and host time are transferred (assumed). No ceiling on top of the "
+              "GEMM level: the row was measured with the MME clock dropping (PR #118).",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "
                      "power-limit ceiling is applied.",
 }
@@ -262,7 +276,7 @@ def summary_lines(built: Mapping[str, tuple[Profile, dict]]) -> list[str]:
     lines = ["gpu             eff_bf16 eff_fp8 k_half launch_us nvl_bw_eff nvl_alpha_us "
              "nvl_base_us nvl_speedup ib_bw_eff"]
     for key, (p, _) in built.items():
-        nv = p.links.get("nvlink") or p.links.get("xgmi")
+        nv = p.links.get("nvlink") or p.links.get("xgmi") or p.links["roce"]   # Gaudi: RoCE
         e = p.gemm.eff_max
         lines.append(f"{key:15s} {v(e.get('bf16') or e.get('fp16')):8s} {v(e.get('fp8')):7s} "
                      f"{v(p.gemm.k_half, '.0f'):6s} {v(p.gemm.launch_us, '.1f'):9s} "

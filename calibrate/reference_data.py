@@ -84,6 +84,14 @@ DATASHEET: Mapping[str, Datasheet] = {
                         8000.0, 256, 537.6, "gpus.csv 'Instinct MI355X' row; links.csv "
                         "'MI350X/MI355X per GPU (7 links, fully connected 8-GPU mesh)' "
                         "537.6 = 7 x 76.8 (AMD ROCm mi350.rst)"),
+    "gaudi2": Datasheet({"bf16": 432.0, "fp8": 865.0}, 2460.0, 2, 262.5,
+                        "gpus.csv 'Gaudi 2' row (fp8 865 TF from stas00/ml-engineering's TFLOPS "
+                        "table, its note 9: Intel Gaudi 2 white paper); sm_count = its 2 MMEs; "
+                        "links.csv 'Gaudi 2 scale-up per card' 262.5 GB/s/dir"),
+    "gaudi3": Datasheet({"bf16": 1835.0, "fp8": 1835.0}, 3670.0, 8, 525.0,
+                        "gpus.csv 'Gaudi 3 (HL-325L OAM)' row (whitepaper 1835 TF at a 1750 MHz "
+                        "MME clock; shipping cards run 1600 MHz, 1677 TF); sm_count = its 8 "
+                        "MMEs; links.csv 'Gaudi 3 scale-up per card' 525 GB/s/dir"),
     "mi300x": Datasheet({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
                          "fp8": 2614.9}, 5300.0, 304, 448.0, "gpus.csv line 21; links.csv line 43"),
 }

@@ -12,6 +12,7 @@ from simulator.hardware.profile import GemmModel
 from .csvrows import Row, load_rows
 from .reference_blackwell import blackwell_fits, blackwell_gemm
 from .reference_data import AMPERE_A100
+from .reference_gaudi import GAUDI_GPUS, gaudi_gemm
 from .reference_gemm import (
     BLACKWELL_MAMF,
     CUBLAS_TILES,
@@ -56,6 +57,8 @@ def gemm_for(key: str, refs: GemmRefs) -> GemmModel:
         g = h100_pcie_gemm(refs)
     elif key in ("mi300x", "mi325x", "mi355x", "mi250x"):
         g = mi300x_gemm(refs, key)
+    elif key in GAUDI_GPUS:
+        g = gaudi_gemm(refs, key)
     else:                                          # V100: no GEMM row at all
         why = "V100"
         return GemmModel(eff_max={"fp16": transferred(a100.eff_max["bf16"], why),

@@ -174,7 +174,8 @@ def test_sibling_gpus_carry_their_own_mamf_rows():
 
 
 @pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-pcie", "h800", "b300", "gb300", "mi325x",
-                                 "l40s", "gh200", "a800-sxm-80gb", "mi250x", "mi355x"])
+                                 "l40s", "gh200", "a800-sxm-80gb", "mi250x", "mi355x",
+                                 "gaudi2", "gaudi3"])
 def test_a_shipped_sibling_profile_simulates_on_its_own_node(gpu, capsys):
     from simulator.cli.main import main
     args = ["simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--dp", "8",

@@ -24,7 +24,9 @@ def _busbw(gpu: str, members: int, n_gpus: int = 8) -> float:
 
 
 @pytest.mark.parametrize("gpu, link, domain", [("mi300x", "xgmi-mi300x", 8),
-                                               ("gh200", "nvlink4-gh200-quad", 4)])
+                                               ("gh200", "nvlink4-gh200-quad", 4),
+                                               ("gaudi2", "gaudi2-roce-scaleup", 8),
+                                               ("gaudi3", "gaudi3-roce-scaleup", 8)])
 def test_a_pair_on_a_mesh_gets_one_link(gpu, link, domain):
     prof, cl = hardware_db.load_profile(gpu), hardware_db.build_cluster(gpu, 8)
     kind = cl.node.scale_up.kind.value

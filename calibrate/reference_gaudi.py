@@ -1,0 +1,88 @@
+"""GEMM model of Intel Gaudi 2 / Gaudi 3 reference profiles, from their own MAMF rows.
+
+A Gaudi runs a matmul on its MMEs (matrix engines: 2 on Gaudi 2, 8 on Gaudi 3, each a
+256x256 MAC array; stas00/ml-engineering compute/accelerator/README.md 'Intel Gaudi' table),
+not on CUDA-style SMs, so the shape terms are its own, not carried from cuBLAS:
+
+- ``wave``: output tiles of 256x256 (one MME's array) spread over the MMEs in waves
+  (assumed: the graph compiler may reshape the array's geometry; a shape that is not a
+  multiple of 256 loses what a 256x256 tile pads);
+- ``k/(k + k_half)`` with ``k_half = 0`` (assumed): Gaudi 3's best shape in a brute-force
+  search has K = 768, which a k-loop loss of Hopper's size (about K/2 at that K) would not
+  pick; so the per-tile prologue is taken as negligible;
+- ``eff_max`` per dtype solved from that dtype's own MAMF row (kernels_extra.csv lines
+  17-20) with the terms above held fixed: the model gives each row back at its shape;
+- ``sustained``: Gaudi 3's row already holds its power limit: its author watched the MME
+  clock drop during the bf16 run, more than during fp8 (stas00/ml-engineering PR #118), so
+  no further ceiling is put on it. Gaudi 2's row ran at 1550-1650 MHz throughout (issue
+  #115, the same author), its boost clock: it gets the same-tool MSMF/MAMF ratio measured on
+  H200/B200 as its ceiling, transferred (assumed), as for the AMD cards.
+
+Only best-shape rows exist for Gaudi, so ordinary training shapes (no sweep to fit) are
+priced at the best shape's level less tile padding: likely optimistic for small or skinny
+GEMMs. CSV line numbers count the header as line 1.
+"""
+from __future__ import annotations
+
+from simulator.hardware.profile import Coefficient, GemmModel
+
+from .csvrows import cite
+from .fit import fit_gemm
+from .reference_data import DATASHEET
+from .reference_gemm import (
+    GemmRefs,
+    _bw,
+    _same,
+    _tf_point,
+    hopper_launch,
+    mamf,
+    transferred,
+    transferred_cap,
+)
+
+GAUDI_GPUS = ("gaudi2", "gaudi3")
+MME_TILE = (256, 256)
+_ROW_GPU = {"gaudi2": "Intel Gaudi 2", "gaudi3": "Intel Gaudi 3"}
+K_HALF_SRC = ("assumed 0 (no k-loop term): Gaudi 3's best bf16 shape in a brute-force search "
+              "over M, N, K to 20480 in steps of 256 has K = 768 (kernels_extra.csv line 19), "
+              "which a per-tile prologue of Hopper's size (k_half ~460, about 0.6x the rate at "
+              "that K) would not let win")
+# what the row's author reports of the MME clock during the run
+ROW_CLOCK = {
+    "gaudi2": "its author reports the MME clock within 1550-1650 MHz throughout the sweep "
+              "(stas00/ml-engineering issue #115): a boost-clock row",
+    "gaudi3": "its author watched the MME clock drop during the bf16 run, more than during "
+              "fp8 (stas00/ml-engineering PR #118), so this level already holds the power "
+              "limit and no separate ceiling is applied (a run longer than the benchmark's "
+              "may settle lower)"}
+ROW_AT_POWER_LIMIT = ("gaudi3",)
+
+
+def _level(refs: GemmRefs, key: str, dtype: str, launch_us: float) -> Coefficient:
+    row = mamf(refs.kern, _ROW_GPU[key], dtype, refs.extra)
+    ds = DATASHEET[key]
+    fit = fit_gemm([_tf_point(row, 1 if dtype == "fp8" else 2)], ds.peak[dtype], ds.sm_count,
+                   _bw(key), tiles=(MME_TILE,), persistent=False,
+                   fixed={"k_half": 0.0, "launch_us": launch_us})
+    return fit.coefficient("eff_max", "fraction", (
+        f"solved from {cite([row])} ({row.data['gpu']} MAMF v2 {dtype} best shape "
+        f"{row.data['value']} TF at {row.data['shape_MxNxK']}, {row.data['software']}; "
+        f"{ds.sm_count} MMEs of 256x256 tiles, peak {ds.peak[dtype]} TF [{ds.cite}]) with "
+        f"k_half 0 and launch {launch_us:.2f} us held fixed; a best-shape row at the MME clock "
+        f"the card ran; {ROW_CLOCK[key]}"))
+
+
+def gaudi_gemm(refs: GemmRefs, key: str) -> GemmModel:
+    """Gaudi 2 / Gaudi 3: each dtype's level from its own MAMF row (module docstring)."""
+    launch = transferred(hopper_launch(refs), key, "assumed: a graph-mode HPU op's fixed "
+                         "cost taken as a CUDA kernel's")
+    effs = {d: _level(refs, key, d, launch.value) for d in ("bf16", "fp8")}
+    sustained = {}
+    if key not in ROW_AT_POWER_LIMIT:
+        cap = transferred_cap(refs, key, _ROW_GPU[key], refs.extra)
+        sustained = {"bf16": cap,
+                     "fp8": _same(cap, "assumed: fp8 at the bf16 ceiling's fraction of its "
+                                  "peak (no fp8 MSMF row)")}
+    return GemmModel(eff_max=effs, k_half=Coefficient(0.0, "elements", K_HALF_SRC),
+                     launch_us=launch, tile_m=MME_TILE[0], tile_n=MME_TILE[1],
+                     tiles=(MME_TILE,), persistent=False, sustained_eff=sustained)
