@@ -41,7 +41,8 @@ _COMPOSITE = {"slice_backward": (1, 1)}
 _FREE = ("view", "_unsafe_view", "expand", "slice", "t", "transpose", "unsqueeze", "squeeze",
          "as_strided", "detach", "alias", "permute", "select", "split", "split_with_sizes",
          "unbind", "_reshape_alias", "reshape", "empty", "empty_like", "empty_strided",
-         "new_empty", "new_empty_strided", "zeros_like", "ones_like", "lift_fresh")
+         "new_empty", "new_empty_strided", "zeros_like", "ones_like", "lift_fresh",
+         "view_as_complex", "view_as_real", "_conj")     # complex views (torchtitan's RoPE)
 
 
 def tensor_bytes(x, storage_bound: bool = False) -> int:
@@ -136,6 +137,43 @@ def measure(tokens: int = 512, hidden: int = 1024, heads: int = 8, ffn: int = 28
     }
 
 
+def measure_torchtitan(tokens: int = 512, hidden: int = 1024, heads: int = 8
+                       ) -> dict[str, dict[str, float]]:
+    """torchtitan's Llama code where it differs from transformers' (``torchtitan:`` keys;
+    its SwiGLU, ``w2(silu(w1(x)) * w3(x))``, is transformers' ``act(gate) * up``):
+
+    * ``rmsnorm``: the eager RMSNorm of its 2024 Llama configs (``norm_type = "rmsnorm"``,
+      ``compile = false``; the same aten ops as ``nn.RMSNorm``'s composite before torch
+      fused it): ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w``;
+    * ``rope``: ``apply_rotary_emb`` (models/llama3/model/model.py @ 6404b932): Q and K cast
+      to fp32, viewed as complex, multiplied by the complex64 ``freqs_cis`` (broadcast over
+      batch and heads), viewed back as real, cast back with ``type_as``.
+
+    The ops are written out here from that source (torchtitan is not a dependency)."""
+    import torch
+    torch.manual_seed(0)
+    bf, hd = torch.bfloat16, hidden // heads
+    w = torch.ones(hidden, dtype=bf)
+    freqs = torch.polar(torch.ones(tokens, hd // 2), torch.randn(tokens, hd // 2))
+
+    def norm(x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * w
+
+    def rope_one(x):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs.view(1, tokens, 1, hd // 2)).flatten(3).type_as(x)
+
+    q = torch.randn(1, tokens, heads, hd, dtype=bf)           # (batch, seq, heads, head_dim)
+    k = torch.randn(1, tokens, heads, hd, dtype=bf)
+    return {
+        "torchtitan:rmsnorm": traffic(norm, [torch.randn(tokens, hidden, dtype=bf)],
+                                      tokens * hidden),
+        "torchtitan:rope": traffic(lambda a, b: (rope_one(a), rope_one(b)), [q, k],
+                                   2 * tokens * hidden),
+    }
+
+
 PER = {"rmsnorm": "element of the (tokens x hidden) input",
        "rope": "element of Q and K together",
        "swiglu": "element of act(gate) * up"}
@@ -145,13 +183,16 @@ def rows(result: dict[str, dict[str, float]]) -> list[dict[str, str]]:
     import torch
     import transformers
     today = dt.date.today().isoformat()
-    method = ("calibrate.bench_eager: transformers' Llama module in bf16 on CPU, 512 tokens, "
-              "hidden 1024, 8 heads, ffn 2816; aten ops under TorchDispatchMode, bytes of "
-              "tensor inputs + outputs (broadcast views at their storage), views and allocations "
-              "excluded, slice_backward's zero-fill and copy added")
-    return [{"module": m, "metric": k, "value": f"{v:.4f}", "per": PER[m],
+    how = ("in bf16 on CPU, 512 tokens, hidden 1024, 8 heads, ffn 2816; aten ops under "
+           "TorchDispatchMode, bytes of tensor inputs + outputs (broadcast views at their "
+           "storage), views and allocations excluded, slice_backward's zero-fill and copy added")
+    code = {"": "transformers' Llama module", "torchtitan": "torchtitan's Llama code (its "
+            "2024 eager RMSNorm; apply_rotary_emb @ 6404b932), ops written out in "
+            "measure_torchtitan"}
+    return [{"module": m, "metric": k, "value": f"{v:.4f}", "per": PER[m.split(":")[-1]],
              "transformers": transformers.__version__, "torch": torch.__version__,
-             "date": today, "method": method}
+             "date": today,
+             "method": f"calibrate.bench_eager: {code[m.rpartition(':')[0]]} {how}"}
             for m, metrics in result.items() for k, v in metrics.items()]
 
 
@@ -165,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print("calibrate.bench_eager: needs `pip install transformers`; skipped",
               file=sys.stderr)
         return 0
-    out = rows(measure())
+    out = rows({**measure(), **measure_torchtitan()})
     for r in out:
         print(f"{r['module']:8s} {r['metric']:12s} {r['value']:>9s}  per {r['per']}")
     if a.out:

@@ -135,6 +135,7 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       dropout=plan.memory.dropout, loss=plan.memory.loss.value,
                       fused_swiglu=plan.memory.fused_swiglu,
                       eager_elementwise=plan.memory.eager_elementwise,
+                      eager_code=plan.memory.eager_code,
                       moe_weighted_activation=plan.memory.moe_weighted_activation,
                       moe_dispatcher=plan.moe_dispatcher)
 

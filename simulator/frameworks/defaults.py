@@ -147,6 +147,9 @@ class FrameworkMemory:
     fp8_primary_weights: bool = False
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
     eager_elementwise: bool = False          # the model code's norms, RoPE, SwiGLU run eagerly
+    # whose model code: "" = transformers' modules, else the prefix of its own "<code>:<op>"
+    # rows in "eager_elementwise" (ops without such a row move what transformers' do)
+    eager_code: str = ""
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),
@@ -155,7 +158,9 @@ class FrameworkMemory:
                    and set(self.grad_dtype.values()) <= {"fp32", "16-bit"}),
                   ("optimizer_state", self.optimizer_state in ("fp32", "param")),
                   ("loss", self.loss in LOSSES), ("dp_buckets", self.dp_buckets in BUCKETS),
-                  ("extra_16bit_grads", set(self.extra_16bit_grads) <= set(PRECISIONS)))
+                  ("extra_16bit_grads", set(self.extra_16bit_grads) <= set(PRECISIONS)),
+                  ("eager_code", not self.eager_code
+                   or any(k.startswith(f"{self.eager_code}:") for k in EAGER)))
         bad = [k for k, ok in checks if not ok]
         if bad:
             raise ValueError(f"frameworks.json memory.{self.name}: invalid {', '.join(bad)}")

@@ -66,6 +66,7 @@ class MemoryConventions:
     fsdp_pp_once_per_step: bool = False      # with PP: gather / reduce once per step
     moe_weighted_activation: bool = False    # MoE combine keeps no expert outputs
     eager_elementwise: bool = False          # norms, RoPE, SwiGLU as eager model code
+    eager_code: str = ""                     # whose eager code ("" transformers; frameworks.EAGER)
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -123,4 +124,4 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         fsdp_embedding_unit=fw.fsdp_embedding_unit,
         fsdp_reduce_fp32=fw.fsdp_reduce_fp32, fsdp_pp_once_per_step=fw.fsdp_pp_once_per_step,
         moe_weighted_activation=fw.moe_weighted_activation,
-        eager_elementwise=fw.eager_elementwise, framework=fw.name)
+        eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code, framework=fw.name)

@@ -107,6 +107,7 @@ class LayerShape:
     # the model code's RMSNorm, RoPE and SwiGLU as eager PyTorch ops (time and memory:
     # ``frameworks.EAGER``); else one fused kernel each
     eager_elementwise: bool = False
+    eager_code: str = ""                     # whose model code ("" transformers'; EAGER keys)
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
     moe_dispatcher: str = "alltoall"         # "flex": DeepEP dispatch/combine (Plan)
 
@@ -165,8 +166,10 @@ def eager_op(name: str, key: str, elems: float, sh: LayerShape, kind: str,
     """An elementwise op as eager model code runs it (``frameworks.EAGER[key]``, measured per
     element with 16-bit activations): its bytes and kernel launches forward and backward,
     and what autograd keeps (``saved`` overrides). ``live``: the tensors its backward holds
-    at once, taken as its fused twin's (the eager temporaries are not counted)."""
-    t = EAGER[key]
+    at once, taken as its fused twin's (the eager temporaries are not counted). A framework
+    with its own model code (``LayerShape.eager_code``) uses its ``<code>:<key>`` row where
+    one is measured."""
+    t = EAGER.get(f"{sh.eager_code}:{key}", EAGER[key])
     return Op(name, OpKind.MEMORY, bytes_moved=t.fwd_bytes * elems, dtype=sh.dtype,
               saved_bytes=t.saved_bytes * elems if saved is None else saved,
               bwd_bytes=t.bwd_bytes * elems, mem_kind=kind, launches=t.fwd_kernels,

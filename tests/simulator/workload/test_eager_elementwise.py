@@ -73,11 +73,39 @@ def test_a_llama_layer_under_eager_model_code():
     assert eager["ln1"].kernels == 1          # the host's op count is the framework's own
 
 
-@pytest.mark.parametrize("fw", ["hf", "pytorch", "fsdp", "fsdp2", "deepspeed"])
+@pytest.mark.parametrize("fw", ["hf", "pytorch", "fsdp", "fsdp2", "deepspeed", "torchtitan"])
 def test_which_frameworks_run_eager_model_code(fw):
     assert framework_memory(fw).eager_elementwise
-    for fused in ("megatron-core", "nemo", "megatron-lm", "llm-foundry", "torchtitan"):
+    for fused in ("megatron-core", "nemo", "megatron-lm", "llm-foundry"):
         assert not framework_memory(fused).eager_elementwise
+
+
+def test_torchtitan_code_still_moves_what_the_file_says():
+    """torchtitan's own RMSNorm and complex-number RoPE, written out from its source, counted
+    like transformers' modules (rows 'torchtitan:*' of the measurement file)."""
+    pytest.importorskip("torch")
+    from calibrate.bench_eager import measure_torchtitan
+    rows = _csv()
+    for key, metrics in measure_torchtitan().items():
+        for metric, v in metrics.items():
+            assert v == pytest.approx(rows[key][metric], rel=0.02), (key, metric)
+            assert getattr(EAGER[key], metric) == pytest.approx(v, rel=0.02), (key, metric)
+
+
+def test_torchtitan_layer_prices_its_own_eager_code():
+    """torchtitan runs its Llama code eagerly (compile = false in its train configs): its
+    norms and RoPE move its own counted bytes, its SwiGLU transformers' (the same ops); its
+    complex-number RoPE launches fewer backward kernels than transformers' rotate_half."""
+    m, sh, tt = _layer("torchtitan")
+    _, _, hf = _layer("hf")
+    th = sh.micro_batch * m.seq_len * m.hidden
+    n, r = EAGER["torchtitan:rmsnorm"], EAGER["torchtitan:rope"]
+    assert sh.eager_code == "torchtitan"
+    assert tt["ln1_bwd"].bytes_moved == pytest.approx(n.bwd_bytes * th)
+    assert tt["rope_bwd"].bytes_moved == pytest.approx(r.bwd_bytes * 2 * th)
+    assert tt["rope_bwd"].launches < hf["rope_bwd"].launches
+    assert tt["mlp_act"].bytes_moved == hf["mlp_act"].bytes_moved
+    assert framework_memory("torchtitan").eager_code == "torchtitan"
 
 
 def test_layernorm_and_gelu_models_are_unchanged():
@@ -109,14 +137,17 @@ def test_fp32_models_and_the_backward_peak_keep_the_fused_price():
 def test_eager_model_code_pays_its_python_too():
     """One assumption, two costs: a framework whose model code runs eagerly on the device
     (memory 'eager_elementwise') also pays that code's Python on the host (the measured HF
-    decoder layer, host mechanism 'hf_decoder_layer'), and no fused framework does."""
+    decoder layer, host mechanism 'hf_decoder_layer'), and no fused framework does. A
+    framework with its own eager code (torchtitan) pays its counted device ops but no
+    transformers Python: its block's host time is not measured (said in its host source)."""
     from simulator.frameworks import HOST
     from simulator.frameworks.defaults import MEMORY
     for name, mem in MEMORY.items():
         if name == "default":
             continue
         has = "hf_decoder_layer" in HOST.framework(name).mechanisms
-        assert has == mem.eager_elementwise, name
+        assert has == (mem.eager_elementwise and not mem.eager_code), name
+    assert "not measured" in HOST.framework("torchtitan").why
 
 
 def test_qk_norm_is_an_op_of_the_layer():
