@@ -6,10 +6,16 @@ Only the numbers that size the model are read; nothing from ``transformers`` is 
   length the model was pre-trained at), else ``max_position_embeddings`` / ``n_positions``,
   **capped at 8192** (``DEFAULT_SEQ_LEN_CAP``) because released checkpoints often advertise
   128k+ contexts that no pre-training step uses. Pass ``seq_len`` to override.
-* Gated families (llama, mistral, mixtral, qwen*, deepseek, gpt_oss, gemma2/3, olmo2,
-  granite, phi3) map to ``MLP.SWIGLU`` (three GEMMs; Gemma's GeGLU has the same shapes)
-  whatever their ``hidden_act``; plain ones (gpt2, gpt_neox, falcon, nemotron, starcoder2)
-  map ``gelu*``/``relu`` to ``MLP.GELU`` (two GEMMs) and ``relu2`` to ``MLP.RELU2``.
+* Gated families (llama, mistral, mixtral, qwen*, deepseek, gpt_oss, gemma2/3, olmo,
+  olmo2, olmoe, granite, phi3, cohere, dbrx, stablelm) map to ``MLP.SWIGLU`` (three GEMMs;
+  Gemma's GeGLU has the same shapes) whatever their ``hidden_act``; plain ones (gpt2,
+  gpt_neox, gpt_bigcode, gptj, falcon, bloom, mpt, opt, phi, nemotron, starcoder2) map
+  ``gelu*``/``relu`` to ``MLP.GELU`` (two GEMMs) and ``relu2`` to ``MLP.RELU2``.
+* Families that name their sizes otherwise (MPT / DBRX ``d_model``, ``n_heads``,
+  ``n_layers``, ``max_seq_len``, nested ``attn_config`` / ``ffn_config``; BLOOM ``n_embed``;
+  OPT ``ffn_dim``; GPT-J / GPTBigCode ``n_inner``, ``multi_query``) are first mapped to the
+  common keys by ``hf_families.canonical`` as their HF config classes map them; the
+  modeling rule each follows is in ``hf_families``' docstring.
 * DeepSeek-V2/V3 attention is MLA with its real projection shapes (``MLASpec``); Gemma 2/3
   local/global layers, MoE every k layers and the family facts (norm, RoPE, biases,
   soft caps) are read by ``hf_families``. Gemma 3's multimodal config is read from its
@@ -29,19 +35,22 @@ from .spec import MLP, MoESpec, TransformerSpec
 DEFAULT_SEQ_LEN_CAP = 8192
 
 _GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-          "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "granite", "phi3") + fam.GEMMA
-_PLAIN = ("gpt2", "gpt_neox", "falcon", "nemotron", "starcoder2")
+          "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo", "olmo2", "olmoe", "granite", "phi3",
+          "cohere", "dbrx", "stablelm") + fam.GEMMA
+_PLAIN = ("gpt2", "gpt_neox", "falcon", "nemotron", "starcoder2", "mpt", "bloom", "gpt_bigcode",
+          "opt", "gptj", "phi")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_GATED + _PLAIN))
 _ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
 # Model types whose HF config class keeps PretrainedConfig's tie_word_embeddings=True.
-_TIED_BY_DEFAULT = ("gpt2", "falcon", "starcoder2") + fam.GEMMA
+_TIED_BY_DEFAULT = ("gpt2", "falcon", "starcoder2", "mpt", "bloom", "gpt_bigcode", "opt",
+                    "cohere") + fam.GEMMA
 
 _KEYS = {
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model", "n_embed"),
+    "heads": ("num_attention_heads", "n_head", "n_heads"),
     "vocab": ("vocab_size",),
-    "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size"),
+    "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),
     "act": ("hidden_act", "activation_function", "hidden_activation"),
     "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "top_k": ("num_experts_per_tok", "experts_per_token", "moe_topk"),
@@ -111,19 +120,21 @@ def _default_seq_len(cfg: Mapping[str, Any], mt: str) -> tuple[int, str]:
     native = rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None
     key = "rope_scaling.original_max_position_embeddings"
     if native is None:
-        key = next((k for k in ("max_position_embeddings", "n_positions", "n_ctx")
+        key = next((k for k in ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
                     if cfg.get(k) is not None), "")
         native = cfg.get(key)
     if native is None:
-        if mt != "falcon":
+        if mt not in fam.TRAIN_SEQ_LEN:
             raise InvalidInputError("config.max_position_embeddings", None,
                                     f"required for model_type {mt!r} unless seq_len is given")
-        native = 2048  # FalconConfig has no position limit (ALiBi/rotary); 2048 = its train seq
+        # no position limit in the config (ALiBi / rotary): the pre-training length
+        native, key = fam.TRAIN_SEQ_LEN[mt]
+        return native, f"seq_len {native} from {key}"
     if isinstance(native, bool) or not isinstance(native, int) or native < 1:
         raise InvalidInputError(f"config.{key}", native, "a positive integer")
     if native > DEFAULT_SEQ_LEN_CAP:
         return DEFAULT_SEQ_LEN_CAP, f"seq_len {DEFAULT_SEQ_LEN_CAP} (capped from {key}={native})"
-    return int(native), f"seq_len {native} from {key or 'FalconConfig default'}"
+    return int(native), f"seq_len {native} from {key}"
 
 
 def _mlp_kind(cfg: Mapping[str, Any], mt: str) -> MLP:
@@ -187,7 +198,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], seq_len: int | 
     raw, origin = _load(path_or_dict)
     check_config(raw)
     mt = _model_type(raw)
-    cfg = fam.text_config(raw)
+    cfg = fam.canonical(fam.text_config(raw), mt)
     n_layers, hidden, heads = _int(cfg, "layers"), _int(cfg, "hidden"), _int(cfg, "heads")
     if _opt(cfg, _KEYS["ffn"]) is None and mt in ("gpt2", "falcon"):
         ffn = 4 * hidden  # GPT2Config n_inner=None and FalconConfig ffn_hidden_size default

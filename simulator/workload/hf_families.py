@@ -16,6 +16,30 @@ returns spec fields; the HF modelling code each rule follows is named in its doc
   residual branches after the sublayer; Granite is Llama with scaling multipliers; Phi-3
   fuses QKV and gate/up (same shapes); StarCoder2 is a plain GELU MLP with LayerNorm and
   biases (``use_bias``, tied embeddings by default); transformers 5.24 modeling files.
+* older and other families (``canonical`` maps their keys as each HF config class's
+  ``attribute_map`` / ``__post_init__`` does; ``family_fields`` reads their facts):
+  MPT (``MptBlock``: ``d_model``/``n_heads``/``n_layers``, plain GELU MLP of
+  ``expansion_ratio * d_model`` -- ``MptMLP`` hard-codes 4, every release has 4 --,
+  bias-free LayerNorm, ALiBi unless ``attn_config.alibi`` is false, tied embeddings);
+  BLOOM (``BloomBlock``: ``n_layer``/``n_head``, ``n_embed`` wins over ``hidden_size``,
+  ``BloomMLP`` is 4h whatever ``n_inner`` says, ALiBi, biases; the word-embedding
+  LayerNorm's h weights are not counted); GPTBigCode (StarCoder 1 / SantaCoder:
+  ``multi_query`` (default true) is one KV head, ``n_inner`` or 4h, learned positions);
+  OPT (``ffn_dim``, ReLU MLP, learned positions, ``enable_bias``; a ``word_embed_proj_dim``
+  other than ``hidden_size`` -- OPT-350m's project_in/out -- is refused); GPT-J
+  (``GPTJBlock``: one LayerNorm, attention and MLP in parallel, partial ``rotary_dim``,
+  bias-free attention, biased MLP); Phi-1/2 (``PhiDecoderLayer``: the same parallel block,
+  ``partial_rotary_factor``, biases, optional ``qk_layernorm`` of head_dim weights);
+  OLMo 1 (Llama with non-parametric ``OlmoLayerNorm``: 2h+h norm weights counted that the
+  model has not, ``clip_qkv``); OLMoE (``OlmoeAttention``: RMSNorm over the whole Q and K
+  projections, every layer MoE); Cohere / Command-R (``CohereDecoderLayer``: one bias-free
+  LayerNorm, parallel block, gated MLP, ``use_qk_norm`` of (heads + kv) x head_dim weights,
+  tied embeddings, ``logit_scale`` no FLOPs); DBRX (``DbrxBlock``: ``attn_config.kv_n_heads``,
+  ``ffn_config.moe_num_experts`` / ``moe_top_k`` / ``ffn_hidden_size`` gated experts in
+  every layer, bias-free LayerNorm); StableLM (``StableLmDecoderLayer``: gated MLP,
+  LayerNorm, ``partial_rotary_factor``, ``use_qkv_bias``, per-head ``qk_layernorm``).
+  A parallel attention+MLP block (GPT-J, Phi, Cohere, as Falcon and GPT-NeoX before them)
+  has the FLOPs of a sequential one; its single norm is counted as two (h weights a layer).
 """
 from __future__ import annotations
 
@@ -27,6 +51,16 @@ from .spec import MLASpec, Norm, Position
 GEMMA = ("gemma2", "gemma3", "gemma3_text")
 DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 _QK_NORM = ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")   # q_norm, k_norm of head_dim
+# Families whose config carries no position limit (ALiBi or rotary only): their
+# pre-training sequence length (FalconConfig's default; BLOOM paper, arXiv:2211.05100).
+TRAIN_SEQ_LEN = {"falcon": (2048, "FalconConfig default"), "bloom": (2048, "BLOOM's training")}
+_LAYERNORM = ("gpt2", "gpt_neox", "falcon", "starcoder2", "nemotron", "mpt", "bloom",
+              "gpt_bigcode", "opt", "gptj", "olmo", "cohere", "dbrx", "phi", "stablelm")
+_LEARNED = ("gpt2", "gpt_bigcode", "opt")
+_ALL_BIASED = ("gpt2", "gpt_neox", "bloom", "gpt_bigcode", "gptj", "phi")
+# (key, default) of a config switch for every linear bias; MPT's ``no_bias`` is inverted
+_BIAS_SWITCH = {"falcon": ("bias", False), "starcoder2": ("use_bias", True),
+                "opt": ("enable_bias", True)}
 
 
 def text_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,30 +159,122 @@ def router_fields(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     return out
 
 
+def _sub(cfg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A nested config (MPT / DBRX ``attn_config``, DBRX ``ffn_config``); {} when absent."""
+    v = cfg.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+def _fill(out: dict[str, Any], key: str, value: Any) -> None:
+    if out.get(key) is None and value is not None:
+        out[key] = value
+
+
+def _mpt_kv_heads(attn: Mapping[str, Any], heads: Any) -> Any:
+    """MPT ``attn_config.attn_type``: multi-query is one KV head, llm-foundry's
+    grouped-query ``kv_n_heads`` (HF ``MptAttention`` builds multi-head only)."""
+    kind = attn.get("attn_type") or "multihead_attention"
+    if kind == "multiquery_attention":
+        return 1
+    if kind == "grouped_query_attention":
+        return attn.get("kv_n_heads") or heads
+    return heads
+
+
+def canonical(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """The config with the keys ``hf`` reads filled from the family's own names, as its HF
+    config class maps them (``attribute_map`` and ``__post_init__``); keys already given win,
+    except where the HF module ignores them (BLOOM's ``n_inner``)."""
+    out = dict(cfg)
+    if mt == "bloom" and cfg.get("n_embed") is not None:    # BloomConfig: n_embed overrides
+        out["hidden_size"] = cfg["n_embed"]
+    h = next((out[k] for k in ("hidden_size", "n_embd", "d_model") if out.get(k) is not None),
+             None)
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads")
+    four_h = 4 * h if isinstance(h, int) else None
+    if mt == "mpt":
+        ratio = cfg.get("expansion_ratio", 4)
+        _fill(out, "intermediate_size", int(ratio * h) if isinstance(h, int) else None)
+        _fill(out, "num_key_value_heads", _mpt_kv_heads(_sub(cfg, "attn_config"), heads))
+    elif mt == "dbrx":                               # DbrxAttentionConfig / DbrxFFNConfig
+        ffn = _sub(cfg, "ffn_config")
+        _fill(out, "num_key_value_heads", _sub(cfg, "attn_config").get("kv_n_heads", 1))
+        _fill(out, "intermediate_size", ffn.get("ffn_hidden_size", 3584))
+        _fill(out, "num_experts", ffn.get("moe_num_experts", 4))
+        _fill(out, "num_experts_per_tok", ffn.get("moe_top_k", 1))
+        _fill(out, "router_aux_loss_coef", ffn.get("moe_loss_weight", 0.01))
+    elif mt == "bloom" and four_h:                   # BloomMLP: dense_h_to_4h
+        out["intermediate_size"] = four_h
+    elif mt in ("gpt_bigcode", "gptj"):              # n_inner None: 4 * hidden
+        _fill(out, "intermediate_size", cfg.get("n_inner") or four_h)
+        if mt == "gpt_bigcode":
+            _fill(out, "num_key_value_heads", 1 if cfg.get("multi_query", True) else heads)
+    elif mt == "opt":
+        proj = cfg.get("word_embed_proj_dim")
+        if proj is not None and proj != h:
+            raise UnsupportedError(f"OPT word_embed_proj_dim={proj} != hidden_size={h} "
+                                   "(project_in/project_out around a narrower embedding and "
+                                   "LM head, OPT-350m) is not modelled")
+    return out
+
+
+def _position(cfg: Mapping[str, Any], mt: str) -> Position:
+    """Learned table (GPT-2, GPTBigCode, OPT), ALiBi (BLOOM; Falcon ``alibi``; MPT unless
+    ``attn_config.alibi`` is false, then llm-foundry's ``rope`` or learned), else RoPE."""
+    if mt in _LEARNED:
+        return Position.LEARNED
+    if mt == "bloom" or (mt == "falcon" and cfg.get("alibi")):
+        return Position.ALIBI
+    if mt == "mpt":
+        attn = _sub(cfg, "attn_config")
+        if attn.get("alibi", True):
+            return Position.ALIBI
+        return Position.ROPE if attn.get("rope") else Position.LEARNED
+    return Position.ROPE
+
+
+def _linear_bias(cfg: Mapping[str, Any], mt: str) -> bool:
+    """Biases on the linear layers (GPT-J: on its MLP only; StableLM: QKV only, below)."""
+    if mt in _BIAS_SWITCH:
+        key, default = _BIAS_SWITCH[mt]
+        return bool(cfg.get(key, default))
+    if mt == "mpt":
+        return not cfg.get("no_bias", True)
+    return mt in _ALL_BIASED
+
+
+def _qk_norm_params(cfg: Mapping[str, Any], mt: str, head_dim: int) -> int:
+    """Weights of the norms on queries and keys; 0 when there are none. Per head shared
+    (Qwen3, Gemma 3, Phi ``qk_layernorm``): 2 x head_dim; over the whole projections (OLMo 2,
+    OLMoE, Cohere ``use_qk_norm``, StableLM ``qk_layernorm``, MPT ``qk_ln``): (heads + kv)
+    x head_dim."""
+    if mt in _QK_NORM or (mt == "phi" and cfg.get("qk_layernorm")):
+        return 2 * head_dim
+    whole = mt in ("olmo2", "olmoe") or (mt == "cohere" and cfg.get("use_qk_norm")) \
+        or (mt == "stablelm" and cfg.get("qk_layernorm")) \
+        or (mt == "mpt" and _sub(cfg, "attn_config").get("qk_ln"))
+    if not whole:
+        return 0
+    heads = int(cfg.get("num_attention_heads") or cfg.get("n_heads") or 1)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    return (heads + kv) * head_dim
+
+
 def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -> dict[str, Any]:
-    """Norm, position embedding, biases, extra norm weights and soft caps."""
-    plain = mt in ("gpt2", "gpt_neox", "falcon", "starcoder2")
+    """Norm, position embedding, biases, extra norm weights and soft caps (``cfg`` as
+    ``canonical`` returns it)."""
+    qk = _qk_norm_params(cfg, mt, head_dim)
     out: dict[str, Any] = {
-        "norm": Norm.LAYERNORM if plain or mt == "nemotron" else Norm.RMSNORM,
-        "position": Position.LEARNED if mt == "gpt2" else Position.ROPE,
-        "linear_bias": mt in ("gpt2", "gpt_neox") or (mt == "falcon" and bool(cfg.get("bias")))
-        or (mt == "starcoder2" and bool(cfg.get("use_bias", True))),
-        "qkv_bias": bool(cfg.get("attention_bias")) or mt in ("qwen2", "qwen2_moe"),
-        "extra_norm_params": 0,
-        "qk_norm": False,
+        "norm": Norm.LAYERNORM if mt in _LAYERNORM else Norm.RMSNORM,
+        "position": _position(cfg, mt),
+        "linear_bias": _linear_bias(cfg, mt),
+        "qkv_bias": bool(cfg.get("attention_bias") or cfg.get("use_qkv_bias"))
+        or mt in ("qwen2", "qwen2_moe"),
+        "extra_norm_params": qk,
+        "qk_norm": qk > 0,
         "attn_logit_softcap": float(cfg.get("attn_logit_softcapping") or 0.0),
         "final_logit_softcap": float(cfg.get("final_logit_softcapping") or 0.0),
     }
-    if mt == "falcon" and cfg.get("alibi"):
-        out["position"] = Position.ALIBI
-    if mt in _QK_NORM:
-        out["extra_norm_params"] += 2 * head_dim
-        out["qk_norm"] = True
-    if mt == "olmo2":            # q_norm / k_norm over the whole projections (Olmo2Attention)
-        heads = int(cfg.get("num_attention_heads") or 1)
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        out["extra_norm_params"] += (heads + kv) * head_dim
-        out["qk_norm"] = True
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True
         # DeepSeek-V3's multi-token-prediction modules (config num_nextn_predict_layers)
