@@ -54,6 +54,7 @@ from ..workload.ops import (
     layer_ops,
     weight_grad_ops,
 )
+from ..workload import sac
 from ..workload.spec import TransformerSpec
 
 
@@ -135,7 +136,7 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       dropout=plan.memory.dropout, loss=plan.memory.loss.value,
                       fused_swiglu=plan.memory.fused_swiglu,
                       eager_elementwise=plan.memory.eager_elementwise,
-                      eager_code=plan.memory.eager_code,
+                      eager_code=plan.memory.eager_code, sac_op=sac_op(plan),
                       moe_weighted_activation=plan.memory.moe_weighted_activation,
                       moe_dispatcher=plan.moe_dispatcher)
 
@@ -146,9 +147,33 @@ def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
             for name, (size, stride) in group_strides(plan).items()}
 
 
-def _recompute_ops(fwd: list[Op], plan: Plan) -> list[Op]:
+def sac_op(plan: Plan) -> bool:
+    """Whether the plan's selective recompute is torchtitan's op-level SAC."""
+    return plan.recompute == Recompute.SELECTIVE and plan.memory.selective_recompute == "op"
+
+
+def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Op-level SAC (``workload.sac``): each op's re-run part; a GEMM re-runs its
+    even-numbered matmuls (the output width ``recompute_n``)."""
+    out, plan = [], sac.plan_for(fwd, model, sh)
+    for op in fwd:
+        s = plan[op.name]
+        if s.recompute_fraction <= 0.0:
+            continue
+        f = s.recompute_fraction
+        part = replace(op, n=s.recompute_n, flops=op.flops * f, bytes_moved=op.bytes_moved * f,
+                       model_flops=op.model_flops * f) if op.kind == OpKind.GEMM and f < 1 else op
+        out.append(replace(part, name=op.name + "_recompute", model_flops=0.0,
+                           recompute_flops=part.model_flops))
+    return out
+
+
+def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = None,
+                   sh: LayerShape | None = None) -> list[Op]:
     """Forward ops re-run in backward; they count as hardware, not model, FLOPs
     (``recompute_flops``, in the same attention convention as ``model_flops``)."""
+    if sac_op(plan) and model is not None and sh is not None:
+        return sac_recompute_ops(fwd, model, sh)
     if plan.recompute == Recompute.FULL:
         chosen = fwd
     elif plan.recompute == Recompute.SELECTIVE:
@@ -178,7 +203,7 @@ class _LayerCache:
         key = self.m.layer_kind(layer)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
-            bwd = _recompute_ops(fwd, self.p) + backward_ops(fwd)
+            bwd = _recompute_ops(fwd, self.p, self.m, self.sh) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             _set_host(cf, layer_host(fwd, self.prof, False, self.p.host_mode))
@@ -343,7 +368,7 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
     ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
                                          plan.grad_bytes, chunk_passes(plan))
-    full = plan.recompute == Recompute.FULL
+    full = plan.recompute == Recompute.FULL or sac_op(plan)   # SAC re-runs the module code
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode,
                              edge_units=edge_units)
     # module code that full recompute runs again (no other unit counted) precedes the

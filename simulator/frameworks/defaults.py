@@ -150,6 +150,9 @@ class FrameworkMemory:
     # whose model code: "" = transformers' modules, else the prefix of its own "<code>:<op>"
     # rows in "eager_elementwise" (ops without such a row move what transformers' do)
     eager_code: str = ""
+    # what Recompute.SELECTIVE re-runs: "attention" (Megatron's core attention) or "op"
+    # (torchtitan's op-level SAC: simulator.workload.sac)
+    selective_recompute: str = "attention"
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),
@@ -159,6 +162,7 @@ class FrameworkMemory:
                   ("optimizer_state", self.optimizer_state in ("fp32", "param")),
                   ("loss", self.loss in LOSSES), ("dp_buckets", self.dp_buckets in BUCKETS),
                   ("extra_16bit_grads", set(self.extra_16bit_grads) <= set(PRECISIONS)),
+                  ("selective_recompute", self.selective_recompute in ("attention", "op")),
                   ("eager_code", not self.eager_code
                    or any(k.startswith(f"{self.eager_code}:") for k in EAGER)))
         bad = [k for k, ok in checks if not ok]

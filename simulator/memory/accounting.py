@@ -160,13 +160,17 @@ def wgrad_hold_bytes(fwd_ops: list[Op], act_bytes: int) -> float:
                for op in fwd_ops if op.kind == OpKind.GEMM and op.has_weights)
 
 
-def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: int) -> float:
+def layer_transient_bytes(fwd_ops: list[Op], recompute: Recompute, act_bytes: int,
+                          remade_names: frozenset[str] | None = None) -> float:
     """The most one layer's backward holds beyond the activations counted for it, over
     the moments its ops run backward (in reverse order): the op's input and output
     gradients, plus what recompute re-created for ops up to this one (every op under full
     recompute, the recomputed ones under selective), minus what the ops after it kept and
-    have already released."""
+    have already released. ``remade_names``: the ops recompute re-runs where that is not
+    the plan's rule (op-level SAC, ``workload.sac``)."""
     def recomputes(op: Op) -> bool:
+        if remade_names is not None:
+            return op.name in remade_names
         return recompute == Recompute.FULL or (recompute == Recompute.SELECTIVE and op.recomputed)
     worst = freed = 0.0
     remade = sum(op.saved_bytes for op in fwd_ops if recomputes(op))

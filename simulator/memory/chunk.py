@@ -14,6 +14,7 @@ from ..workload.ops import (
     loss_transient_bytes,
     ring_forward_transient_bytes,
 )
+from ..workload import sac
 from ..workload.spec import TransformerSpec
 from .accounting import (
     ChunkMemory,
@@ -56,10 +57,15 @@ def layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
     set, what it keeps from B to W when the backward is split)."""
     fwd = layer_ops(model, sh, first_of_kind(model, kind))
     input_bytes = _tokens_per_rank(model, sh) * model.hidden * sh.act_bytes
+    kept, remade = layer_activation_bytes(fwd, recompute, input_bytes), None
+    if sh.sac_op and recompute == Recompute.SELECTIVE:       # torchtitan's op-level SAC
+        plan = sac.plan_for(fwd, model, sh)
+        kept = sac.kept_bytes(fwd, model, sh, input_bytes)
+        remade = frozenset(n for n, s in plan.items() if s.recompute_fraction > 0)
     # the working set: the layer's backward, or (context parallelism) the ring buffers its
     # forward holds, again when recompute re-runs that forward
-    return (layer_activation_bytes(fwd, recompute, input_bytes),
-            max(layer_transient_bytes(fwd, recompute, sh.act_bytes),
+    return (kept,
+            max(layer_transient_bytes(fwd, recompute, sh.act_bytes, remade),
                 ring_forward_transient_bytes(model, sh)),
             wgrad_hold_bytes(fwd, sh.act_bytes))
 

@@ -67,6 +67,7 @@ class MemoryConventions:
     moe_weighted_activation: bool = False    # MoE combine keeps no expert outputs
     eager_elementwise: bool = False          # norms, RoPE, SwiGLU as eager model code
     eager_code: str = ""                     # whose eager code ("" transformers; frameworks.EAGER)
+    selective_recompute: str = "attention"   # Recompute.SELECTIVE: "attention" or "op" (SAC)
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -124,4 +125,5 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         fsdp_embedding_unit=fw.fsdp_embedding_unit,
         fsdp_reduce_fp32=fw.fsdp_reduce_fp32, fsdp_pp_once_per_step=fw.fsdp_pp_once_per_step,
         moe_weighted_activation=fw.moe_weighted_activation,
-        eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code, framework=fw.name)
+        eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code,
+        selective_recompute=fw.selective_recompute, framework=fw.name)

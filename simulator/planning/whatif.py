@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from ..cost.layer import comm_op_cost, compute_time_s
 from ..engine.result import Result
 from ..engine.simulate import simulate
-from ..engine.stage_work import layer_shape, place_groups
+from ..engine.stage_work import sac_recompute_ops, layer_shape, place_groups, sac_op
 from ..errors import ComplexityError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec, Dtype
@@ -83,7 +83,9 @@ def roofline_ops(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
     parts = _layer_groups(model, plan) + [("embedding", embedding_ops(model, sh)),
                                           ("head", head_ops(model, sh))]
     for where, fwd in parts:
-        phases = [("forward", fwd), ("recompute", _recomputed(fwd, plan)),
+        again = (sac_recompute_ops(fwd, model, sh) if sac_op(plan) and where.endswith("layer")
+                 else _recomputed(fwd, plan))
+        phases = [("forward", fwd), ("recompute", again),
                   ("backward", backward_ops(fwd))]
         for phase, ops in phases:
             out += [_op_row(op, phase, where, ridge, cluster, profile, groups) for op in ops]

@@ -108,6 +108,7 @@ class LayerShape:
     # ``frameworks.EAGER``); else one fused kernel each
     eager_elementwise: bool = False
     eager_code: str = ""                     # whose model code ("" transformers'; EAGER keys)
+    sac_op: bool = False                     # selective recompute is torchtitan's op SAC
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
     moe_dispatcher: str = "alltoall"         # "flex": DeepEP dispatch/combine (Plan)
 

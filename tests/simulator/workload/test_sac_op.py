@@ -1,0 +1,136 @@
+"""torchtitan's op-level selective activation checkpointing (``simulator.workload.sac``): its
+policy keeps the outputs of every other ``aten.mm``, of SDPA and of the TP reduce-scatter,
+and re-runs the rest in backward. Checked against torch's own SAC machinery running that
+policy on a block written in torchtitan's op order, then in the op graph, memory and step."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from simulator.engine.stage_work import layer_shape, sac_op, sac_recompute_ops
+from simulator.frameworks.defaults import framework_memory
+from simulator.memory.chunk import layer_memory
+from simulator.parallel.framework_plan import with_framework
+from simulator.parallel.plan import Plan, Recompute
+from simulator.workload import sac
+from simulator.workload.ops import layer_ops
+from simulator.workload.presets import get_preset
+
+
+def _plan(fw: str, rc: str = "selective", tp: int = 1) -> Plan:
+    return with_framework(Plan(micro_batch=1, global_batch=8, dp=8 // tp, tp=tp,
+                               precision="bf16", recompute=rc), fw)
+
+
+def test_torch_sac_with_torchtitans_policy_reruns_wk_wo_w3():
+    """A Llama block in torchtitan's op order (wq, wk, wv, RoPE-free attention, wo; w1, w3,
+    w2) under ``create_selective_checkpoint_contexts`` with torchtitan's policy (its 2024
+    ``_get_custom_policy``; the CPU SDPA kernel stands in for the CUDA ones in its save
+    list): the backward re-runs exactly the 2nd, 4th and 6th matmul, whose output widths
+    are what the op graph's plan re-runs."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
+                                        create_selective_checkpoint_contexts)
+    from torch.utils._python_dispatch import TorchDispatchMode
+    F, aten = torch.nn.functional, torch.ops.aten
+    save = {aten.mm.default, aten._scaled_dot_product_flash_attention_for_cpu.default}
+    h, q, kv, ffn, s, heads = 64, 64, 16, 96, 8, 4
+    w = {n: torch.randn(o, i, requires_grad=True) for n, (o, i) in
+         dict(wq=(q, h), wk=(kv, h), wv=(kv, h), wo=(h, q), w1=(ffn, h), w3=(ffn, h),
+              w2=(h, ffn)).items()}
+
+    def block(x):
+        a, b, c = F.linear(x, w["wq"]), F.linear(x, w["wk"]), F.linear(x, w["wv"])
+        rep = heads // (kv // (q // heads))
+        b = b.view(1, s, -1, q // heads).repeat_interleave(rep, 2).transpose(1, 2)
+        c = c.view(1, s, -1, q // heads).repeat_interleave(rep, 2).transpose(1, 2)
+        o = F.scaled_dot_product_attention(a.view(1, s, heads, -1).transpose(1, 2), b, c,
+                                           is_causal=True)
+        y = x + F.linear(o.transpose(1, 2).reshape(1, s, q), w["wo"])
+        return y + F.linear(F.silu(F.linear(y, w["w1"])) * F.linear(y, w["w3"]), w["w2"])
+
+    def context():
+        meta = defaultdict(int)
+
+        def policy(ctx, func, *args, **kwargs):
+            key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+            if func == aten.mm.default:
+                meta[key] += 1
+            keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+
+    ptr = {t.data_ptr(): n for n, t in w.items()}
+    rerun = []
+
+    class Spy(TorchDispatchMode):
+        """Forward matmuls run during backward: x @ W^T reads a weight transposed (a
+        gradient matmul reads W as stored, or the input transposed)."""
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            b = args[1] if func == aten.mm.default else None
+            if b is not None and b.data_ptr() in ptr and b.stride() == (1, b.shape[0]):
+                rerun.append(ptr[b.data_ptr()])
+            return func(*args, **(kwargs or {}))
+    x = torch.randn(1, s, h, requires_grad=True)
+    y = checkpoint(block, x, use_reentrant=False, context_fn=context)
+    with Spy():
+        y.sum().backward()
+    assert sorted(rerun) == ["w3", "wk", "wo"]
+    m = get_preset("llama3-8b")
+    sh = layer_shape(m, _plan("torchtitan"))
+    plan = sac.plan_for(layer_ops(m, sh), m, sh)
+    assert plan["qkv"].recompute_n == m.kv_dim and plan["mlp_fc1"].recompute_n == m.ffn_hidden
+    assert plan["attn_out"].recompute_fraction == 1.0 and plan["mlp_fc2"].recompute_fraction == 0
+
+
+def test_the_plan_keeps_what_the_policy_saves():
+    """Llama 3 8B, one micro-batch: op SAC keeps the layer input and the outputs of wq, wv,
+    SDPA (with its logsumexp), w1 and w2; it re-runs every norm, RoPE and activation and
+    none of the attention; it keeps less than no recompute and more than full."""
+    m = get_preset("llama3-8b")
+    sh = layer_shape(m, _plan("torchtitan"))
+    fwd = layer_ops(m, sh)
+    plan = sac.plan_for(fwd, m, sh)
+    tokens, ab = m.seq_len, 2
+    want = tokens * ab * (m.q_dim + m.kv_dim + m.q_dim + m.ffn_hidden + m.hidden) \
+        + tokens * m.n_heads * 4
+    assert sum(s.kept_bytes for s in plan.values()) == pytest.approx(want)
+    assert plan["core_attn"].recompute_fraction == 0.0
+    for name in ("ln1", "rope", "ln2", "mlp_act"):
+        assert plan[name].recompute_fraction == 1.0, name
+    kind = (False, False)
+    none, _, _ = layer_memory(m, layer_shape(m, _plan("torchtitan", "none")), Recompute.NONE, kind)
+    op, _, _ = layer_memory(m, sh, Recompute.SELECTIVE, kind)
+    full, _, _ = layer_memory(m, layer_shape(m, _plan("torchtitan", "full")), Recompute.FULL, kind)
+    assert full < op < none
+    assert op == pytest.approx(want + tokens * m.hidden * ab)
+
+
+def test_only_torchtitans_selective_is_op_sac():
+    assert framework_memory("torchtitan").selective_recompute == "op"
+    for fw in ("megatron-core", "nemo", "megatron-lm", "fsdp2", "hf"):
+        assert framework_memory(fw).selective_recompute == "attention", fw
+        assert not sac_op(_plan(fw))
+    assert sac_op(_plan("torchtitan")) and not sac_op(_plan("torchtitan", "full"))
+
+
+def test_sac_reruns_cost_between_none_and_full():
+    """The re-run forward work: wk, wo and w3 of the matmul FLOPs, all of the elementwise
+    ops, none of the attention; the step lands between no recompute and full."""
+    from simulator.api.catalog import make_cluster
+    from simulator.engine.simulate import simulate
+    import hardware_db
+    m = get_preset("llama3-8b")
+    sh = layer_shape(m, _plan("torchtitan"))
+    fwd = layer_ops(m, sh)
+    again = {o.name: o for o in sac_recompute_ops(fwd, m, sh)}
+    assert "core_attn_recompute" not in again
+    mm = {o.name: o for o in fwd}
+    assert again["qkv_recompute"].recompute_flops == pytest.approx(
+        mm["qkv"].model_flops * m.kv_dim / (m.q_dim + 2 * m.kv_dim))
+    assert again["mlp_fc1_recompute"].n == mm["mlp_fc1"].n // 2
+    cl, prof = make_cluster("a100-sxm-80gb", 8), hardware_db.load_profile("a100-sxm-80gb")
+    t = {rc: simulate(m, _plan("torchtitan", rc), cl, prof).step_time_s
+         for rc in ("none", "selective", "full")}
+    assert t["none"] < t["selective"] < t["full"]
