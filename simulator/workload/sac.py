@@ -12,8 +12,10 @@ run wq, wk, wv, wo, w1, w3, w2, so wk, wo and w3 are recomputed.
 forward that backward runs again, and the bytes of the outputs it keeps. A merged op stands
 for several matmuls (``qkv``: wq, wk, wv; a SwiGLU ``mlp_fc1``: w1, w3), counted in that
 order. Assumed where the 2024 list is silent: grouped expert GEMMs and batched attention
-GEMMs (not ``aten.mm``) are recomputed and not counted, the EP all-to-alls are re-run, and
-the kept attention output is the query width (``k``) of the fused call.
+GEMMs (not ``aten.mm``) are recomputed and not counted, the EP all-to-alls are re-run, a
+context-parallel ring's exchanges belong to the saved SDPA (not re-run), and the kept
+attention output is the query width (``k``) of the fused call (of ``core_attn`` only: a
+context-parallel ring's per-step outputs are not counted).
 """
 from __future__ import annotations
 
@@ -68,6 +70,8 @@ def plan_for(fwd: list[Op], m: TransformerSpec, sh: LayerShape) -> dict[str, Sac
                                  else 0.0)
         elif op.kind == OpKind.COMM and op.collective == Collective.REDUCE_SCATTER:
             out[op.name] = SacOp(0.0, 0, op.comm_bytes / max(sh.tp, 1))
+        elif op.kind == OpKind.COMM and op.group == "cp":   # the ring inside the saved SDPA
+            out[op.name] = SacOp(0.0, 0, 0.0)
         else:
             out[op.name] = SacOp(1.0, op.n, 0.0)
     return out
