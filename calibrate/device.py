@@ -242,8 +242,10 @@ def gpu_key_for(name: str, mem_bytes: float, keys: Sequence[str] | None = None
     if keys is None:
         import hardware_db
         keys = hardware_db.list_gpus()
-    low = name.lower()
-    fams = [t for t in re.split(r"[^a-z0-9]+", low) if re.fullmatch(r"(gb|gh|mi|[a-z])\d+[a-z]*", t)]
+    low = re.sub(r"gaudi[\s_-]*(\d)", r"gaudi\1", name.lower())       # "Intel Gaudi 2"
+    low = re.sub(r"\bhl-?([23])\d\d[a-z]*", r"gaudi\1", low)          # HL-225H, HL-325L
+    fams = [t for t in re.split(r"[^a-z0-9]+", low)
+            if re.fullmatch(r"(gb|gh|mi|gaudi|[a-z])\d+[a-z]*", t)]
     pcie = "pcie" in low
     for fam in fams:
         cands = [k for k in keys if k.split("-")[0] == fam and ("pcie" in k) == pcie]

@@ -92,10 +92,13 @@ def attention_model(key: str, gemm: GemmModel, a100_bf16_eff: float,
                         "(FlashAttention-2 does not support sm70; V100 runs non-flash or "
                         "memory-efficient kernels)")
     else:
-        r = gemm.eff_max["bf16"].value / a100_bf16_eff
+        # never above A100's measured fraction: a GEMM level near peak (Gaudi 2's 97 %) says
+        # nothing of the softmax, which no such device's row measures
+        r = min(1.0, gemm.eff_max["bf16"].value / a100_bf16_eff)
         label = key.upper().replace("-", " ")
         fwd, bwd = pair("a100", r, f"assumed: A100 FlashAttention-2 fraction x {r:.3f} "
-                        f"({label}/A100 bf16 GEMM efficiency ratio; no {label} attention row)")
+                        f"({label}/A100 bf16 GEMM efficiency ratio, at most 1; no {label} "
+                        "attention row)")
     dtypes = ("fp16",) if key == "v100-sxm-32gb" else ("bf16", "fp16")
     f_map = {d: fwd for d in dtypes}
     b_map = {d: bwd for d in dtypes}
@@ -149,8 +152,11 @@ def links_for(key: str, coll: Sequence[Row]) -> tuple[dict[str, LinkCoefficients
     links["host"] = L.host_from(links["pcie"])
     if key in ("mi300x", "mi325x", "mi355x", "mi250x"):
         links["xgmi"] = L.xgmi_from(a100, key.upper())
-    elif key in GAUDI_GPUS:
-        pass        # scale-up is on-die RoCE (links.json kind roce): the roce coefficients
+    elif key in GAUDI_GPUS:    # scale-up and scale-out are the chip's RoCE ports (kind roce)
+        links["roce"] = L.transferred_link(L.LinkFit(links["roce"]), (
+            f"{key} on-die RoCE ports, in the box's all-to-all mesh and to the network, "
+            "through HCCL (assumed: the NCCL RoCE/IB rows' coefficients; no HCCL row in "
+            "shared data)")).coefs
     else:
         links["nvlink"] = nv.coefs
     return links, fits
@@ -213,14 +219,16 @@ NOTES = {
     "gaudi2": "Gaudi 2: GEMM levels from its own MAMF rows (bf16 418.7, fp8 826.5 TF; lazy "
               "mode) on its 2 MMEs with 256x256 tiles and no k-loop term (assumed); the 8 cards "
               "of an HLS-Gaudi2 box are an all-to-all mesh of on-die 100GbE RoCE ports priced "
-              "with the RoCE coefficients (assumed: no HCCL row); attention, memory efficiency, "
-              "host time and the power-limit ceiling are transferred (assumed).",
+              "with the RoCE coefficients (assumed: no HCCL row), its 3 scale-out ports on the "
+              "chip (no PCIe hop); attention (at most A100's fraction), memory efficiency and "
+              "host time are transferred (assumed); the power-limit ceiling is the row at the "
+              "lowest MME clock its author saw, 1550 of 1650 MHz (393 TF).",
     "gaudi3": "Gaudi 3: GEMM levels from its own MAMF rows (bf16 1243.0, fp8 1289.5 TF at the "
               "1600 MHz MME clock it ships with; lazy mode) on its 8 MMEs with 256x256 tiles "
               "and no k-loop term (assumed); HLS-3's all-to-all mesh of 200GbE RoCE ports "
-              "priced with the RoCE coefficients (assumed: no HCCL row); attention, memory "
-              "efficiency and host time are transferred (assumed). No ceiling on top of the "
-              "GEMM level: the row was measured with the MME clock dropping (PR #118).",
+              "priced with the RoCE coefficients (assumed: no HCCL row), its 3 scale-out ports "
+              "on the chip (no PCIe hop); attention, memory efficiency, host time and the "
+              "power-limit ceiling (the H200/B200 MSMF/MAMF ratio) are transferred (assumed).",
     "a100-sxm-40gb": "No sustained-clock (MSMF) GEMM measurement is published for A100: no "
                      "power-limit ceiling is applied.",
 }

@@ -157,7 +157,8 @@ def build_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
                           leaf_down_ports=int(topo["leaf_down_ports"]),
                           switch_radix=int(topo["switch_radix"]),
                           core_oversubscription=float(core_oversubscription), planes=planes,
-                          pcie_gbytes_per_s=loaders.pcie_link(gpu_spec.key).bandwidth_gbytes_per_s,
+                          pcie_gbytes_per_s=0.0 if loaders.nic_on_die(gpu_spec.key)
+                          else loaders.pcie_link(gpu_spec.key).bandwidth_gbytes_per_s,
                           in_network_reduction=bool(sharp),
                           net_ll_protocol=_runs_ll(spec.nic.kind))
     if not build_graph:

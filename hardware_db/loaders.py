@@ -208,6 +208,15 @@ def load_profile(gpu_key: str):
     return Profile.read_json(path)
 
 
+def nic_on_die(gpu_key: str) -> bool:
+    """Whether the device's scale-out ports are on the chip (gpus.json ``nic_on_die``:
+    Gaudi's RoCE ports), so no PCIe link stands between it and the network."""
+    try:
+        return bool(gpu_entry(gpu_key).get("nic_on_die", False))
+    except InvalidInputError:
+        return False
+
+
 def pcie_link(gpu_key: str) -> LinkSpec:
     """The GPU's PCIe link (gpus.json ``pcie_link``; Gen4 for devices not listed)."""
     try:

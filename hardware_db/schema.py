@@ -92,7 +92,7 @@ GPU_FIELDS: dict[str, tuple[Check, bool]] = {
     "l2_bytes": (_non_negative, True), "price_usd_per_hour": (_non_negative, True),
     "price_date": (_maybe_text, False), "pcie_link": (_text, False),
     "source": (_text, True), "sources": (_sources, True), "attention_kernels": (_texts, False),
-    "devices_per_card": (_count(1, 8), False),
+    "devices_per_card": (_count(1, 8), False), "nic_on_die": (check_bool, False),
 }
 LINK_FIELDS: dict[str, tuple[Check, bool]] = {
     "kind": (_choice(*(k.value for k in LinkKind)), True), "aliases": (_texts, False),

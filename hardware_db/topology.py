@@ -80,8 +80,14 @@ def _add_scale_up(g: nx.Graph, lay: Layout, link: LinkSpec) -> None:
             g.add_edge(("gpu", a), ("gpu", b), **_edge_attrs(link, "scale_up", bandwidth=bw))
 
 
-def _add_nics(g: nx.Graph, lay: Layout, nic: LinkSpec, pcie: LinkSpec) -> None:
-    g.add_edges_from(((("gpu", r), lay.nic_of(r)) for r in range(lay.n_gpus)), **_edge_attrs(pcie, "pcie"))
+def _add_nics(g: nx.Graph, lay: Layout, nic: LinkSpec, pcie: LinkSpec,
+              on_die: bool = False) -> None:
+    """GPU to NIC over PCIe; ports on the chip (``nic_on_die``, Gaudi) have no such hop:
+    the edge carries the GPU's share of the node's ports, never the bottleneck."""
+    bw = nic.bandwidth_gbytes_per_s * max(1, lay.nics_per_node // max(1, lay.gpus_per_node)) \
+        if on_die else None
+    g.add_edges_from(((("gpu", r), lay.nic_of(r)) for r in range(lay.n_gpus)),
+                     **_edge_attrs(pcie, "pcie", bandwidth=bw, latency=0.0 if on_die else None))
     nics = [(n, j) for n in range(lay.n_nodes) for j in range(lay.nics_per_node)]
     g.add_edges_from(((("nic", n, j), lay.leaf_of_nic(n, j)) for n, j in nics), **_edge_attrs(nic, "nic"))
 
@@ -105,7 +111,7 @@ def _cached(node: NodeSpec, gpu_key: str, n_gpus: int, rail_optimized: bool,
     lay = _layout(node, n_gpus, rail_optimized)
     g = nx.Graph(layout=lay, oversubscription=oversubscription)
     _add_scale_up(g, lay, node.scale_up)
-    _add_nics(g, lay, node.nic, loaders.pcie_link(gpu_key))
+    _add_nics(g, lay, node.nic, loaders.pcie_link(gpu_key), loaders.nic_on_die(gpu_key))
     _add_spine(g, lay, node.nic, oversubscription)
     return nx.freeze(g)
 

@@ -115,7 +115,9 @@ def test_cpu_flush_is_3x_l3_at_most_256_mib():
     ("NVIDIA A100-SXM4-40GB", 42, "a100-sxm-40gb"), ("NVIDIA A100-SXM4-80GB", 85, "a100-sxm-80gb"),
     ("NVIDIA A100 80GB PCIe", 85, "a100-pcie-80gb"), ("NVIDIA H100 PCIe", 85, "h100-pcie"),
     ("Tesla V100-SXM2-32GB", 34, "v100-sxm-32gb"), ("NVIDIA B200", 190, "b200"),
-    ("NVIDIA GeForce RTX 4090", 24, None)])
+    ("NVIDIA GeForce RTX 4090", 24, None), ("GAUDI2", 96, "gaudi2"),
+    ("Intel Gaudi 2", 96, "gaudi2"), ("HL-225H", 96, "gaudi2"), ("GAUDI3", 128, "gaudi3"),
+    ("HL-325L", 128, "gaudi3")])
 def test_gpu_key_for_names_the_datasheet(name, mem_gb, key):
     assert gpu_key_for(name, mem_gb * 1e9) == key
 
