@@ -77,7 +77,7 @@ def step_ops(model: TransformerSpec, plan: Plan) -> list[SimOp]:
     for kind, n in sorted(kinds.items()):
         fwd = layer_ops(model, sh, first_of_kind(model, kind))
         add(fwd, "fwd", n * m)
-        add(_recompute_ops(fwd, plan) + backward_ops(fwd), "bwd", n * m)
+        add(_recompute_ops(fwd, plan, model, sh) + backward_ops(fwd), "bwd", n * m)
     extra = embedding_ops(model, sh) + head_ops(model, sh)
     add(extra, "fwd", m)
     add(backward_ops(extra), "bwd", m)

@@ -154,17 +154,24 @@ def sac_op(plan: Plan) -> bool:
 
 def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> list[Op]:
     """Op-level SAC (``workload.sac``): each op's re-run part; a GEMM re-runs its
-    even-numbered matmuls (the output width ``recompute_n``)."""
+    even-numbered matmuls (the output width ``recompute_n``: the whole input is read
+    again, the weight and output of that part only)."""
     out, plan = [], sac.plan_for(fwd, model, sh)
+    again = {n for n, s in plan.items() if s.recompute_fraction > 0.0}
     for op in fwd:
-        s = plan[op.name]
-        if s.recompute_fraction <= 0.0:
+        f = plan[op.name].recompute_fraction
+        if f <= 0.0:
             continue
-        f = s.recompute_fraction
-        part = replace(op, n=s.recompute_n, flops=op.flops * f, bytes_moved=op.bytes_moved * f,
-                       model_flops=op.model_flops * f) if op.kind == OpKind.GEMM and f < 1 else op
+        part = op
+        if op.kind == OpKind.GEMM and f < 1:
+            n2, full = plan[op.name].recompute_n, op.m * op.k + op.k * op.n + op.m * op.n
+            elem = op.bytes_moved / (op.batch * full) if full else 0.0
+            part = replace(op, n=n2, flops=op.flops * f, model_flops=op.model_flops * f,
+                           bytes_moved=op.batch * elem * (op.m * op.k + op.k * n2 + op.m * n2))
         out.append(replace(part, name=op.name + "_recompute", model_flops=0.0,
-                           recompute_flops=part.model_flops))
+                           recompute_flops=part.model_flops,
+                           overlaps_with=(op.overlaps_with + "_recompute"
+                                          if op.overlaps_with in again else op.overlaps_with)))
     return out
 
 
@@ -172,7 +179,9 @@ def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = No
                    sh: LayerShape | None = None) -> list[Op]:
     """Forward ops re-run in backward; they count as hardware, not model, FLOPs
     (``recompute_flops``, in the same attention convention as ``model_flops``)."""
-    if sac_op(plan) and model is not None and sh is not None:
+    if sac_op(plan):
+        if model is None or sh is None:
+            raise ValueError("op-level SAC needs the model and layer shape to pick its ops")
         return sac_recompute_ops(fwd, model, sh)
     if plan.recompute == Recompute.FULL:
         chosen = fwd

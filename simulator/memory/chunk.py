@@ -61,7 +61,9 @@ def layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
     if sh.sac_op and recompute == Recompute.SELECTIVE:       # torchtitan's op-level SAC
         plan = sac.plan_for(fwd, model, sh)
         kept = sac.kept_bytes(fwd, model, sh, input_bytes)
-        remade = frozenset(n for n, s in plan.items() if s.recompute_fraction > 0)
+        # the re-run forward re-creates everything autograd saves for the layer's backward
+        # (a kept matmul's input included: its own re-run producer saves it again)
+        remade = frozenset(plan)
     # the working set: the layer's backward, or (context parallelism) the ring buffers its
     # forward holds, again when recompute re-runs that forward
     return (kept,
