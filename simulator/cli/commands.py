@@ -63,9 +63,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--recompute", default="none", help="none, selective, full")
-    p.add_argument("--zero-stage", type=int, default=None,
-                   help="0-3 (default: the framework's, e.g. 1 for nemo's distributed "
-                   "optimizer, 3 for fsdp2; 0 without --framework)")
+    _sharding_args(p)
     p.add_argument("--precision", default=None,
                    help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")
     p.add_argument("--framework", default=None,
@@ -103,6 +101,16 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--powersgd-rank", type=int, default=1)
     m.add_argument("--optimizer", default="adam", help="adam or sgd")
     p.set_defaults(func=run_simulate)
+
+
+def _sharding_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zero-stage", type=int, default=None,
+                   help="0-3 (default: the framework's, e.g. 1 for nemo's distributed "
+                   "optimizer, 3 for fsdp2; 0 without --framework)")
+    p.add_argument("--dp-shard", type=int, default=0,
+                   help="HSDP: shard ZeRO-3 / FSDP within groups of this many data-parallel "
+                   "ranks and all-reduce across the groups (FSDP HYBRID_SHARD, torchtitan "
+                   "dp_shard); 0 = shard over all of dp x cp")
 
 
 def _overlap_args(p: argparse.ArgumentParser) -> None:
@@ -157,7 +165,9 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int, gpu: GPUSpec | None = Non
                 dp_bucket_bytes=int(a.bucket_mb * 1e6), host_mode=a.host_mode or "eager",
                 host_mechanisms=_mechanisms(a.host_mechanisms),
                 moe_dispatcher=getattr(a, "moe_dispatcher", None) or "alltoall")
-    return _framework_defaults(plan, a, gpu)
+    plan = _framework_defaults(plan, a, gpu)
+    shard = getattr(a, "dp_shard", 0) or 0
+    return replace(plan, dp_shard=shard) if shard else plan
 
 
 def _mechanisms(flag: str | None) -> tuple[str, ...]:

@@ -449,6 +449,33 @@ def _fsdp_edge_params(model: TransformerSpec, plan: Plan, first: bool, last: boo
     return emb * (2.0 if own_head else 1.0)
 
 
+def _fsdp_leads(params: float, edge: float, n_layers: int, dtype_bytes: tuple[int, int],
+                plan: Plan, groups: dict[str, GroupPlacement], g: GroupPlacement,
+                prof: Profile) -> tuple[float, float, float]:
+    """One micro-batch's unhidden FSDP pieces: a layer's gather, the edge unit's gather and
+    its reduce-scatter (with HSDP's all-reduce of its shard)."""
+    c_bytes, r = dtype_bytes
+    layer_w = (params - edge) * c_bytes / max(1, n_layers)
+    first_layer = group_collective(Collective.ALL_GATHER, layer_w, g, prof).time_s
+    if not edge:
+        return first_layer, 0.0, 0.0
+    edge_ag = group_collective(Collective.ALL_GATHER, edge * c_bytes, g, prof).time_s
+    edge_rs = group_collective(Collective.REDUCE_SCATTER, edge * r, g, prof).time_s
+    if plan.replicas > 1:
+        edge_rs += _hsdp_all_reduce(edge * r, plan, groups, prof).time_s
+    return first_layer, edge_ag, edge_rs
+
+
+def _hsdp_all_reduce(grad_bytes: float, plan: Plan, groups: dict[str, GroupPlacement],
+                     prof: Profile):
+    """HSDP: the reduced gradient shards (``grad_bytes`` / shard ranks) all-reduced across
+    the replica groups; None without replicas."""
+    if plan.replicas <= 1:
+        return None
+    return group_collective(Collective.ALL_REDUCE, grad_bytes / plan.shard_ranks,
+                            groups["dp_rep"], prof)
+
+
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile,
                    cluster: ClusterSpec, edge_params: float = 0.0) -> None:
@@ -461,13 +488,17 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     leads, and the embedding's reduce-scatter trails: its input (token ids) needs no
     gradient, so it gets no post-backward hook and is reduced in the final callback, which
     makes the step wait for it (_fsdp_state.py _root_post_backward_final_callback).
+    HSDP (``Plan.dp_shard``): gathers and reduce-scatters within the shard group, then each
+    reduced shard is all-reduced across the replicas (FSDP2 ``foreach_reduce``'s
+    ``all_reduce`` on the replicate group; FSDP1 HYBRID_SHARD likewise), in series with the
+    reduce-scatter on the same lane.
     Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
     forwards, no re-gather in backward, and the reduce-scatter exposed (the final
     post-backward callback makes the compute stream wait for it), spread likewise. The
     mechanisms' passes on FSDP's streams (``cost.host.fsdp_lane_ops``: FSDP1's gradient cat
     beside the gathers, its cast and pre-division before each reduce-scatter) run in series
     with them."""
-    g = groups["dp"]
+    g = groups["dp_shard"] if plan.dp_shard else groups["dp"]
     once = fsdp_once_per_step(plan)
     f = fsdp_per_step(plan)
     regather = 0.0 if once else 1.0
@@ -478,17 +509,16 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     lanes = fsdp_lane_ops(plan.host_mechanisms, params, n_layers, c_bytes, r, g.size)
     cat, prep = (pass_cost(ops, cluster.gpu, prof, groups, False).compute_s if ops else 0.0
                  for ops in lanes)
-    ag, rs = ag_cost.time_s, rs_cost.time_s + prep
+    hsdp = _hsdp_all_reduce(r_bytes, plan, groups, prof)
+    ag, rs = ag_cost.time_s, rs_cost.time_s + prep + (hsdp.time_s if hsdp else 0.0)
     fwd.add_link_busy(ag_cost, f)
     bwd.add_link_busy(ag_cost, regather)
     bwd.add_link_busy(rs_cost, f)
+    if hsdp:
+        bwd.add_link_busy(hsdp, f)
     edge = 0.0 if once else min(edge_params, params)
-    layer_w = (params - edge) * c_bytes / max(1, n_layers)
-    first_layer = f * group_collective(Collective.ALL_GATHER, layer_w, g, prof).time_s
-    edge_ag = f * group_collective(Collective.ALL_GATHER, edge * c_bytes, g, prof).time_s \
-        if edge else 0.0
-    edge_rs = f * group_collective(Collective.REDUCE_SCATTER, edge * r, g, prof).time_s \
-        if edge else 0.0
+    first_layer, edge_ag, edge_rs = (f * t for t in _fsdp_leads(
+        params, edge, n_layers, (c_bytes, r), plan, groups, g, prof))
     what_bwd = "fsdp reduce-scatter (once per step)" if once else \
         "fsdp all-gather + reduce-scatter"
     for pc, comm, what, nbytes, lead in (

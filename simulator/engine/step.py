@@ -61,8 +61,8 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
                      prof: Profile) -> float:
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.params - c.dense_params for c in chunks)
-    shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
-    eshard = max(1, (plan.dp * plan.cp) // plan.ep) if plan.zero_stage >= 1 else 1
+    shard = plan.shard_ranks if plan.zero_stage >= 1 else 1
+    eshard = max(1, plan.shard_ranks // plan.ep) if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / eshard
     return memory_time_s(local * optimizer_bytes_per_param(plan), cluster.gpu, prof, kernels=4,
                          kind="optimizer") + grad_check_time_s(chunks, plan, cluster, prof)

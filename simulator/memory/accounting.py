@@ -267,7 +267,7 @@ def workspace(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, str]:
 
 def stage_memory(stage: int, chunks: list[ChunkMemory], plan: Plan) -> StageMemory:
     """Peak memory of one rank of pipeline stage ``stage`` holding ``chunks``."""
-    shard = plan.dp * plan.cp
+    shard = plan.shard_ranks
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.params - c.dense_params for c in chunks)
     expert_shard = max(1, shard // plan.ep)

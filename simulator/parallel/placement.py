@@ -53,6 +53,9 @@ def group_strides(plan: Plan) -> dict[str, tuple[int, int]]:
         # ranks holding the same experts: the DP x CP block thinned by EP
         "edp": (max(1, plan.dp * plan.cp // plan.ep), plan.tp * plan.ep),
         "pp": (plan.pp, plan.tp * plan.cp * plan.dp),
+        # HSDP: the shard group (consecutive DP ranks) and the replicas of each shard
+        "dp_shard": (plan.shard_ranks, plan.tp),
+        "dp_rep": (plan.replicas, plan.tp * plan.shard_ranks),
     }
 
 

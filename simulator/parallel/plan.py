@@ -78,6 +78,10 @@ class Plan:
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     zero_stage: int = 0
+    # ZeRO-3 / FSDP shard group: 0 shards over all dp x cp ranks; HSDP (FSDP's HYBRID_SHARD,
+    # torchtitan's dp_shard with dp_replicate) shards within groups of this many consecutive
+    # data-parallel ranks and all-reduces the sharded gradients across the groups
+    dp_shard: int = 0
     precision: Dtype = Dtype.BF16
     schedule: Schedule = Schedule.ONE_F_ONE_B
     attention: AttentionImpl = AttentionImpl.FLASH
@@ -151,6 +155,27 @@ class Plan:
         if self.dp_bucket_bytes < 0:
             raise InvalidInputError("dp_bucket_bytes", self.dp_bucket_bytes,
                                     "a positive size, or 0 for the framework default")
+        self._check_dp_shard()
+
+    def _check_dp_shard(self) -> None:
+        v, ranks = self.dp_shard, self.dp * self.cp
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise InvalidInputError("dp_shard", v, "0 (shard over all dp x cp) or a group size")
+        if v and (ranks % v or self.zero_stage < 3):
+            raise InvalidInputError("dp_shard", v, f"a divisor of dp*cp={ranks}, with "
+                                    "zero_stage=3 (HSDP shards ZeRO-3 / FSDP within groups)")
+        if v and self.ep > 1 and v % self.ep:
+            raise InvalidInputError("dp_shard", v, f"a multiple of ep={self.ep}")
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks the ZeRO / FSDP state is sharded over: the HSDP group or all dp x cp."""
+        return self.dp_shard or self.dp * self.cp
+
+    @property
+    def replicas(self) -> int:
+        """HSDP replica groups the sharded gradients are all-reduced across (1: none)."""
+        return self.dp * self.cp // self.shard_ranks
 
     def _check_host(self) -> None:
         if self.host_mode not in HOST.modes:
