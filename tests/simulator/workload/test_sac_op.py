@@ -23,6 +23,25 @@ def _plan(fw: str, rc: str = "selective", tp: int = 1) -> Plan:
                                precision="bf16", recompute=rc), fw)
 
 
+def _titan_policy():
+    """torchtitan's 2024 op-SAC policy (``_get_custom_policy``, parallelize_llama.py @
+    004b3148) with a fresh matmul count; the CPU SDPA kernel stands in for the CUDA ones of
+    its save list."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy
+    aten = torch.ops.aten
+    save = {aten.mm.default, aten._scaled_dot_product_flash_attention_for_cpu.default}
+    meta = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
 def test_torch_sac_with_torchtitans_policy_reruns_wk_wo_w3():
     """A Llama block in torchtitan's op order (wq, wk, wv, RoPE-free attention, wo; w1, w3,
     w2) under ``create_selective_checkpoint_contexts`` with torchtitan's policy (its 2024
@@ -30,11 +49,9 @@ def test_torch_sac_with_torchtitans_policy_reruns_wk_wo_w3():
     list): the backward re-runs exactly the 2nd, 4th and 6th matmul, whose output widths
     are what the op graph's plan re-runs."""
     torch = pytest.importorskip("torch")
-    from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
-                                        create_selective_checkpoint_contexts)
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
     from torch.utils._python_dispatch import TorchDispatchMode
     F, aten = torch.nn.functional, torch.ops.aten
-    save = {aten.mm.default, aten._scaled_dot_product_flash_attention_for_cpu.default}
     h, q, kv, ffn, s, heads = 64, 64, 16, 96, 8, 4
     w = {n: torch.randn(o, i, requires_grad=True) for n, (o, i) in
          dict(wq=(q, h), wk=(kv, h), wv=(kv, h), wo=(h, q), w1=(ffn, h), w3=(ffn, h),
@@ -51,15 +68,7 @@ def test_torch_sac_with_torchtitans_policy_reruns_wk_wo_w3():
         return y + F.linear(F.silu(F.linear(y, w["w1"])) * F.linear(y, w["w3"]), w["w2"])
 
     def context():
-        meta = defaultdict(int)
-
-        def policy(ctx, func, *args, **kwargs):
-            key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
-            if func == aten.mm.default:
-                meta[key] += 1
-            keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-        return create_selective_checkpoint_contexts(policy)
+        return create_selective_checkpoint_contexts(_titan_policy())
 
     ptr = {t.data_ptr(): n for n, t in w.items()}
     rerun = []
@@ -143,24 +152,14 @@ def test_kept_bytes_equal_what_torch_keeps():
     torch = pytest.importorskip("torch")
     import dataclasses
     import torch.utils.checkpoint as ckpt
-    from torch.utils.checkpoint import CheckpointPolicy
     from simulator.workload.op_types import LayerShape
-    F, aten, bf = torch.nn.functional, torch.ops.aten, torch.bfloat16
+    F, bf = torch.nn.functional, torch.bfloat16
     b, s, h, nh, nkv, ffn = 2, 64, 128, 4, 2, 256
     hd = h // nh
-    save = {aten.mm.default, aten._scaled_dot_product_flash_attention_for_cpu.default}
     stores = []
 
     def context():
-        meta = defaultdict(int)
-
-        def policy(ctx, func, *args, **kwargs):
-            key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
-            if func == aten.mm.default:
-                meta[key] += 1
-            keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-        fwd, rec = ckpt.create_selective_checkpoint_contexts(policy)
+        fwd, rec = ckpt.create_selective_checkpoint_contexts(_titan_policy())
         stores.append(fwd.storage)
         return fwd, rec
 
