@@ -42,7 +42,8 @@ def plan_of(cfg: TrainingConfig) -> Plan:
                 micro_batch=cfg.micro_batch,
                 global_batch=cfg.global_batch or dp * cfg.micro_batch,
                 sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute,
-                zero_stage=cfg.zero_stage, precision=cfg.precision or "bf16",
+                zero_stage=cfg.zero_stage, dp_shard=cfg.dp_shard,
+                precision=cfg.precision or "bf16",
                 schedule=cfg.schedule or ("interleaved" if cfg.vpp > 1 else "1f1b"),
                 moe_dispatcher=cfg.moe_dispatcher)
 
@@ -53,7 +54,7 @@ def config_of(plan: Plan, base: TrainingConfig, gpu: str, n_gpus: int) -> Traini
                    cp=plan.cp, ep=plan.ep, vpp=plan.vpp, micro_batch=plan.micro_batch,
                    global_batch=plan.global_batch, precision=plan.precision.value,
                    recompute=plan.recompute.value, zero_stage=plan.zero_stage,
-                   sequence_parallel=plan.sequence_parallel, moe_dispatcher=plan.moe_dispatcher,
+                   dp_shard=plan.dp_shard, sequence_parallel=plan.sequence_parallel, moe_dispatcher=plan.moe_dispatcher,
                    schedule=None if plan.schedule.value in ("1f1b", "interleaved")
                    else plan.schedule.value)
 

@@ -72,3 +72,16 @@ def test_the_command_line_sets_it(capsys):
     assert main(args) == 0
     full = json.loads(capsys.readouterr().out)
     assert hsdp["step_time_s"] != full["step_time_s"]
+
+
+def test_the_python_config_carries_it():
+    """``TrainingConfig.dp_shard`` reaches the plan and comes back from a searched plan."""
+    from simulator.api.config import TrainingConfig
+    from simulator.api.transformer_flow import config_of, plan_of
+    cfg = TrainingConfig(gpu="a100-sxm-80gb", n_gpus=16, global_batch=16, zero_stage=3,
+                         dp_shard=8)
+    plan = plan_of(cfg)
+    assert plan.dp_shard == 8 and plan.replicas == 2
+    assert config_of(plan, cfg, "a100-sxm-80gb", 16).dp_shard == 8
+    with pytest.raises(InvalidInputError, match="dp_shard"):
+        TrainingConfig(dp_shard=-1)
