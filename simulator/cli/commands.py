@@ -108,9 +108,9 @@ def _sharding_args(p: argparse.ArgumentParser) -> None:
                    help="0-3 (default: the framework's, e.g. 1 for nemo's distributed "
                    "optimizer, 3 for fsdp2; 0 without --framework)")
     p.add_argument("--dp-shard", type=int, default=0,
-                   help="HSDP: shard ZeRO-3 / FSDP within groups of this many data-parallel "
-                   "ranks and all-reduce across the groups (FSDP HYBRID_SHARD, torchtitan "
-                   "dp_shard); 0 = shard over all of dp x cp")
+                   help="HSDP: shard ZeRO-3 / FSDP within groups of this many of the dp x cp "
+                   "ranks and all-reduce across the groups (FSDP HYBRID_SHARD; torchtitan "
+                   "dp_shard x cp); 0 = shard over all of dp x cp")
 
 
 def _overlap_args(p: argparse.ArgumentParser) -> None:
@@ -198,6 +198,9 @@ def run_simulate(a: argparse.Namespace) -> int:
         if a.model:
             raise InvalidInputError("model", a.model, "no --model with --module (the module "
                                     "is the model)")
+        if getattr(a, "dp_shard", 0):
+            raise InvalidInputError("dp_shard", a.dp_shard, "0 with --module (its --strategy "
+                                    "fsdp shards over every rank; HSDP is for --model)")
         from .module import simulate_module_cli
         a.precision = a.precision or "fp32"
         return simulate_module_cli(a)
@@ -224,7 +227,8 @@ def run_simulate(a: argparse.Namespace) -> int:
     if a.json:
         out = res.to_dict()
         out.update(model=model.name, gpu=cluster.gpu.key, profile=prof.name,
-                   zero_stage=plan.zero_stage, memory_conventions=asdict(plan.memory),
+                   zero_stage=plan.zero_stage, dp_shard=plan.dp_shard,
+                   memory_conventions=asdict(plan.memory),
                    assumptions=assumptions(model, plan, cluster, prof))
         if unc is not None:
             out.update(unc.result_fields(res), uncertainty=unc.to_dict())

@@ -88,10 +88,14 @@ def _candidates(plan: Plan) -> list[tuple[str, Plan]]:
         if mb == 1:
             break
         mb //= 2
+    if plan.dp_shard:                           # HSDP: shard over every data-parallel rank
+        out.append(("dp_shard=0 (shard over all of dp x cp)", replace(plan, dp_shard=0)))
     if plan.dp % 2 == 0:
         for k in ("tp", "pp", "cp"):
+            halved = plan.dp // 2 * (2 * plan.cp if k == "cp" else plan.cp)
+            shard = plan.dp_shard if plan.dp_shard and halved % plan.dp_shard == 0 else 0
             try:
-                p2 = replace(plan, dp=plan.dp // 2, **{k: 2 * getattr(plan, k)})
+                p2 = replace(plan, dp=plan.dp // 2, dp_shard=shard, **{k: 2 * getattr(plan, k)})
             except InvalidInputError:           # a split this plan cannot take (flex: tp 1)
                 continue
             out.append((f"{k}={2 * getattr(plan, k)} (dp={plan.dp // 2})", p2))

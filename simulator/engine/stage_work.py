@@ -356,7 +356,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
-                       _fsdp_edge_params(model, plan, first, last))
+                       _fsdp_edge_params(model, plan, first, last), dense)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
@@ -476,9 +476,29 @@ def _hsdp_all_reduce(grad_bytes: float, plan: Plan, groups: dict[str, GroupPlace
                             groups["dp_rep"], prof)
 
 
+def _fsdp_collectives(params: float, dense: float, plan: Plan,
+                      groups: dict[str, GroupPlacement], prof: Profile,
+                      dtype_bytes: tuple[int, int]) -> tuple[list, list, list]:
+    """(gathers, reduce-scatters, HSDP all-reduces) of the chunk's parameters once: dense
+    ones over the shard group, expert ones over the ranks sharing an expert shard (the
+    shard group thinned by EP: torchtitan's dp_shard_mod_ep, edp without HSDP); under HSDP
+    each reduced shard is all-reduced across the replicas."""
+    c_bytes, r = dtype_bytes
+    g = groups["dp_shard"] if plan.dp_shard else groups["dp"]
+    ge = groups["edp_shard"] if plan.dp_shard else groups["edp"]
+    parts = [(p, grp, n) for p, grp, n in ((dense, g, plan.shard_ranks),
+             (params - dense, ge, max(1, plan.shard_ranks // plan.ep))) if p > 0]
+    ag = [group_collective(Collective.ALL_GATHER, p * c_bytes, grp, prof) for p, grp, _ in parts]
+    rs = [group_collective(Collective.REDUCE_SCATTER, p * r, grp, prof) for p, grp, _ in parts]
+    ar = [group_collective(Collective.ALL_REDUCE, p * r / n, groups["dp_rep"], prof)
+          for p, _, n in parts] if plan.replicas > 1 else []
+    return ag, rs, ar
+
+
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile,
-                   cluster: ClusterSpec, edge_params: float = 0.0) -> None:
+                   cluster: ClusterSpec, edge_params: float = 0.0,
+                   dense: float | None = None) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
     each prefetched one layer ahead: exposed = lead + max(0, comm - lead - compute), the
     lead being what nothing can hide. In forward that is the first layer's gather and, on
@@ -488,10 +508,12 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     leads, and the embedding's reduce-scatter trails: its input (token ids) needs no
     gradient, so it gets no post-backward hook and is reduced in the final callback, which
     makes the step wait for it (_fsdp_state.py _root_post_backward_final_callback).
-    HSDP (``Plan.dp_shard``): gathers and reduce-scatters within the shard group, then each
-    reduced shard is all-reduced across the replicas (FSDP2 ``foreach_reduce``'s
-    ``all_reduce`` on the replicate group; FSDP1 HYBRID_SHARD likewise), in series with the
-    reduce-scatter on the same lane.
+    HSDP (``Plan.dp_shard``): gathers and reduce-scatters within the shard group; each
+    reduced shard is all-reduced across the replicas on a stream of its own, concurrent
+    with the next units' reduce-scatters (FSDP2 _fsdp_param_group.py: "Run the HSDP
+    all-reduces concurrently with all-gather/reduce-scatter"; ``foreach_reduce`` on
+    ``all_reduce_stream``; FSDP1 ``_all_reduce_stream``): the backward lane is the longer
+    of the two chains; the last unit's all-reduce follows its reduce-scatter.
     Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
     forwards, no re-gather in backward, and the reduce-scatter exposed (the final
     post-backward callback makes the compute stream wait for it), spread likewise. The
@@ -499,37 +521,35 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     beside the gathers, its cast and pre-division before each reduce-scatter) run in series
     with them."""
     g = groups["dp_shard"] if plan.dp_shard else groups["dp"]
-    once = fsdp_once_per_step(plan)
-    f = fsdp_per_step(plan)
+    once, f = fsdp_once_per_step(plan), fsdp_per_step(plan)
     regather = 0.0 if once else 1.0
     c_bytes, r = (4 if plan.precision.value == "fp32" else 2), grad_reduce_bytes(plan)
     w_bytes, r_bytes = params * c_bytes, params * r
-    ag_cost = group_collective(Collective.ALL_GATHER, w_bytes, g, prof)
-    rs_cost = group_collective(Collective.REDUCE_SCATTER, r_bytes, g, prof)
+    ag_c, rs_c, ar_c = _fsdp_collectives(params, params if dense is None else dense, plan,
+                                         groups, prof, (c_bytes, r))
     lanes = fsdp_lane_ops(plan.host_mechanisms, params, n_layers, c_bytes, r, g.size)
     cat, prep = (pass_cost(ops, cluster.gpu, prof, groups, False).compute_s if ops else 0.0
                  for ops in lanes)
-    hsdp = _hsdp_all_reduce(r_bytes, plan, groups, prof)
-    ag, rs = ag_cost.time_s, rs_cost.time_s + prep + (hsdp.time_s if hsdp else 0.0)
-    fwd.add_link_busy(ag_cost, f)
-    bwd.add_link_busy(ag_cost, regather)
-    bwd.add_link_busy(rs_cost, f)
-    if hsdp:
-        bwd.add_link_busy(hsdp, f)
+    ag, rs = sum(c.time_s for c in ag_c), sum(c.time_s for c in rs_c) + prep
+    ar = sum(c.time_s for c in ar_c)
+    for pc, costs, times in ((fwd, ag_c, f), (bwd, ag_c, regather), (bwd, rs_c + ar_c, f)):
+        for c in costs:
+            pc.add_link_busy(c, times)
     edge = 0.0 if once else min(edge_params, params)
     first_layer, edge_ag, edge_rs = (f * t for t in _fsdp_leads(
         params, edge, n_layers, (c_bytes, r), plan, groups, g, prof))
     what_bwd = "fsdp reduce-scatter (once per step)" if once else \
-        "fsdp all-gather + reduce-scatter"
+        "fsdp all-gather + reduce-scatter" + (" + hsdp all-reduce" if ar_c else "")
+    links = group_links(g) + (group_links(groups["dp_rep"]) if ar_c else ())
     for pc, comm, what, nbytes, lead in (
             (fwd, f * ag, "fsdp all-gather", f * w_bytes, edge_ag + first_layer),
-            (bwd, regather * ag + cat + f * rs, what_bwd, regather * w_bytes + f * r_bytes,
-             regather * first_layer + edge_rs)):
+            (bwd, max(regather * ag + cat + f * rs, f * ar), what_bwd,
+             regather * w_bytes + f * r_bytes, regather * first_layer + edge_rs)):
         busy = pc.total_s
         lead = min(lead, comm)        # priced one unit at a time, never more than the lane
-        exposed = f * rs + lead if pc is bwd and once else \
+        exposed = f * (rs + ar) + lead if pc is bwd and once else \
             lead + max(0.0, comm - lead - busy)
         slowed = interference_s(min(comm, busy), prof)
         pc.interference_s += slowed
         pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed
-        pc.segments.insert(0, Segment(what, "dp", exposed, comm, group_links(g), nbytes, slowed))
+        pc.segments.insert(0, Segment(what, "dp", exposed, comm, links, nbytes, slowed))

@@ -56,6 +56,7 @@ def group_strides(plan: Plan) -> dict[str, tuple[int, int]]:
         # HSDP: the shard group (consecutive DP ranks) and the replicas of each shard
         "dp_shard": (plan.shard_ranks, plan.tp),
         "dp_rep": (plan.replicas, plan.tp * plan.shard_ranks),
+        "edp_shard": (max(1, plan.shard_ranks // plan.ep), plan.tp * plan.ep),
     }
 
 

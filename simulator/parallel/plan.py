@@ -161,11 +161,16 @@ class Plan:
         v, ranks = self.dp_shard, self.dp * self.cp
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise InvalidInputError("dp_shard", v, "0 (shard over all dp x cp) or a group size")
-        if v and (ranks % v or self.zero_stage < 3):
-            raise InvalidInputError("dp_shard", v, f"a divisor of dp*cp={ranks}, with "
-                                    "zero_stage=3 (HSDP shards ZeRO-3 / FSDP within groups)")
-        if v and self.ep > 1 and v % self.ep:
-            raise InvalidInputError("dp_shard", v, f"a multiple of ep={self.ep}")
+        if not v:
+            return
+        if self.zero_stage < 3:
+            raise InvalidInputError("dp_shard", v, f"0 with zero_stage={self.zero_stage} (HSDP "
+                                    "shards ZeRO-3 / FSDP within groups: zero_stage=3)")
+        if ranks % v:
+            raise InvalidInputError("dp_shard", v, f"a divisor of dp*cp={ranks}")
+        for name, k in (("cp", self.cp), ("ep", self.ep)):
+            if k > 1 and v % k:            # a group never splits a CP or an EP group
+                raise InvalidInputError("dp_shard", v, f"a multiple of {name}={k}")
 
     @property
     def shard_ranks(self) -> int:

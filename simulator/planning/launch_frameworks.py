@@ -112,8 +112,8 @@ def _dp_degrees(p: Plan) -> tuple[int, int, str]:
     (ZeRO-1/2 have no torchtitan mode: FSDP that keeps weights after forward is closest)."""
     if p.zero_stage == 0:
         return p.dp, 1, "default"
-    if p.dp_shard and p.cp == 1:                   # HSDP: shard within, replicate across
-        return p.dp // p.dp_shard, p.dp_shard, "default"
+    if p.dp_shard:               # HSDP: torchtitan shards over dp_shard x cp, replicates across
+        return p.replicas, p.dp_shard // p.cp, "default"
     return 1, p.dp, "default" if p.zero_stage >= 3 else "never"
 
 

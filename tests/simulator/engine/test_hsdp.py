@@ -85,3 +85,77 @@ def test_the_python_config_carries_it():
     assert config_of(plan, cfg, "a100-sxm-80gb", 16).dp_shard == 8
     with pytest.raises(InvalidInputError, match="dp_shard"):
         TrainingConfig(dp_shard=-1)
+
+
+def _lane(plan: Plan, gpus: int, params: float, dense: float | None = None):
+    """The backward FSDP segment of one pass over ``params`` on an empty pass."""
+    from simulator.cost.layer import PassCost
+    from simulator.engine.stage_work import _add_fsdp_comm
+    cl, prof = make_cluster("h100-sxm", gpus), hardware_db.load_profile("h100-sxm")
+    fwd, bwd = PassCost(), PassCost()
+    _add_fsdp_comm(fwd, bwd, params, 32, plan, place_groups(cl, plan), prof, cl,
+                   dense=dense)
+    return bwd.segments[0], place_groups(cl, plan), prof
+
+
+def test_the_all_reduce_runs_beside_the_reduce_scatters():
+    """FSDP2 runs HSDP's all-reduces on their own stream, concurrent with the following
+    units' reduce-scatters: the backward lane is the longer chain, not their sum."""
+    from simulator.cost.layer import group_collective
+    from simulator.network.collectives import Collective as C
+    plan = replace(_plan(8, 128), memory=replace(_plan(8, 128).memory, fsdp_reduce_fp32=True))
+    params = 7e9
+    seg, g, prof = _lane(plan, 128, params)
+    ag = group_collective(C.ALL_GATHER, params * 2, g["dp_shard"], prof).time_s
+    rs = group_collective(C.REDUCE_SCATTER, params * 4, g["dp_shard"], prof).time_s
+    ar = group_collective(C.ALL_REDUCE, params * 4 / 8, g["dp_rep"], prof).time_s
+    assert ar > 0 and seg.comm_s == pytest.approx(max(ag + rs, ar), rel=1e-6)
+    assert "hsdp all-reduce" in seg.name and seg.links[-1] != seg.links[0]
+
+
+def test_expert_shards_are_reduced_over_their_own_group():
+    """With EP the experts are sharded over the shard group thinned by EP (torchtitan's
+    dp_shard_mod_ep): each rank all-reduces expert bytes / (dp_shard / ep) across replicas."""
+    from simulator.cost.layer import group_collective
+    from simulator.network.collectives import Collective as C
+    base = with_framework(Plan(dp=64, ep=8, micro_batch=1, global_batch=64, precision="bf16"),
+                          "torchtitan")
+    plan = replace(base, dp_shard=16)
+    g = place_groups(make_cluster("h100-sxm", 64), plan)
+    assert g["edp_shard"].size == 2 and g["dp_rep"].size == 4
+    dense, expert = 1e9, 4e9
+    seg, g, prof = _lane(plan, 64, dense + expert, dense)
+    ar = (group_collective(C.ALL_REDUCE, dense * 4 / 16, g["dp_rep"], prof).time_s
+          + group_collective(C.ALL_REDUCE, expert * 4 / 2, g["dp_rep"], prof).time_s)
+    chain = (group_collective(C.ALL_GATHER, dense * 2, g["dp_shard"], prof).time_s
+             + group_collective(C.ALL_GATHER, expert * 2, g["edp_shard"], prof).time_s
+             + group_collective(C.REDUCE_SCATTER, dense * 4, g["dp_shard"], prof).time_s
+             + group_collective(C.REDUCE_SCATTER, expert * 4, g["edp_shard"], prof).time_s)
+    assert seg.comm_s == pytest.approx(max(chain, ar), rel=1e-6)
+
+
+def test_optimizer_work_and_engines():
+    """Each rank updates dp / dp_shard times the parameters; the analytic engine agrees
+    with the event engine."""
+    cl, prof = make_cluster("a100-sxm-80gb", 16), hardware_db.load_profile("a100-sxm-80gb")
+    full, hsdp = _run(0), _run(8)
+    assert hsdp.breakdown.optimizer_s == pytest.approx(2 * full.breakdown.optimizer_s, rel=0.02)
+    ana = simulate(MODEL, _plan(8), cl, prof, engine="analytic")
+    assert ana.step_time_s == pytest.approx(hsdp.step_time_s, rel=0.02)
+
+
+def test_context_parallel_groups_are_kept_whole_and_launched_so():
+    from simulator.planning.launch_frameworks import _dp_degrees
+    with pytest.raises(InvalidInputError, match="multiple of cp=4"):
+        Plan(dp=8, cp=4, micro_batch=1, global_batch=8, zero_stage=3, dp_shard=2)
+    with pytest.raises(InvalidInputError, match="0 with zero_stage=1"):
+        Plan(dp=32, micro_batch=1, global_batch=32, zero_stage=1, dp_shard=8)
+    p = Plan(dp=16, cp=2, micro_batch=1, global_batch=16, zero_stage=3, dp_shard=8)
+    assert _dp_degrees(p)[:2] == (4, 4)          # torchtitan: replicate 4, shard 4 (x cp 2)
+
+
+def test_memory_remedies_offer_full_sharding():
+    from simulator.engine.memory_fit import _candidates
+    names = [n for n, _ in _candidates(_plan(8))]
+    assert any(n.startswith("dp_shard=0") for n in names)
+    assert any(n.startswith("tp=2") for n in names)
