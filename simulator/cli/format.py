@@ -13,8 +13,13 @@ from ..workload.spec import TransformerSpec
 
 def _plan_str(p: Plan) -> str:
     return (f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep} vpp={p.vpp} mb={p.micro_batch} "
-            f"zero={p.zero_stage} recompute={p.recompute.value} sp={str(p.sequence_parallel).lower()} "
+            f"zero={_zero(p)} recompute={p.recompute.value} sp={str(p.sequence_parallel).lower()} "
             f"{p.precision.value}")
+
+
+def _zero(p: Plan) -> str:
+    """ZeRO stage, with HSDP's shard group after a slash (3/8: sharded within groups of 8)."""
+    return f"{p.zero_stage}/{p.dp_shard}" if p.dp_shard else str(p.zero_stage)
 
 
 def _money(v: float | None) -> str:
@@ -38,17 +43,19 @@ def format_search(r: SearchReport, model: TransformerSpec, launch: Mapping[str, 
         lines.append("no feasible plan")
         return "\n".join(lines)
     lines.append(f"{'#':>3} {'gpus':>6} {'gbs':>5} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} "
-                 f"{'vpp':>3} {'mb':>3} {'zero':>4} {'recompute':>9} {'sp':>3} {'step s':>8} "
+                 f"{'vpp':>3} {'mb':>3} {'zero':>5} {'recompute':>9} {'sp':>3} {'step s':>8} "
                  f"{'80% step s':>15} {'tok/s/GPU':>10} {'MFU%':>5} {'mem GB':>7} {'free%':>6}  bottleneck")
     for x in r.ranked:
         p = x.plan
         lines.append(
             f"{x.rank:>3} {x.n_gpus:>6} {p.global_batch:>5} {p.tp:>3} {p.pp:>3} {p.dp:>5} {p.cp:>3} "
-            f"{p.ep:>3} {p.vpp:>3} {p.micro_batch:>3} {p.zero_stage:>4} {p.recompute.value:>9} "
+            f"{p.ep:>3} {p.vpp:>3} {p.micro_batch:>3} {_zero(p):>5} {p.recompute.value:>9} "
             f"{'y' if p.sequence_parallel else 'n':>3} {x.step_time_s:8.4g} "
             f"{_span(x.step_time_interval):>15} {x.tokens_per_s_per_gpu:10.1f} {100 * x.mfu:5.1f} {x.peak_memory_bytes / 1e9:7.1f} "
             f"{x.memory_headroom_pct:6.1f}  {x.main_bottleneck.value} ({x.engine})")
     lines += _indistinguishable_lines(r)
+    if any(x.plan.dp_shard for x in r.ranked):
+        lines.append("zero 3/N: HSDP, ZeRO-3 sharded within groups of N ranks, all-reduced across")
     if launch:
         lines += ["", "winner, Megatron-LM arguments:", "  " + " ".join(launch["megatron_lm"]),
                   "winner, NeMo 2 recipe:", launch["nemo2_recipe"].rstrip(),

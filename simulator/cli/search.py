@@ -148,6 +148,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
                    help="cap on event simulations while analytic bounds could still win")
     g.add_argument("--micro-batches", default="1,2,4,8")
     g.add_argument("--zero-stages", default="0,1,3")
+    g.add_argument("--dp-shards", default="",
+                   help="HSDP shard group sizes to try beside full sharding for ZeRO-3 plans, "
+                   "e.g. 8 (one node); default none")
     g.add_argument("--recomputes", default="none,selective,full")
     g.add_argument("--precisions", default="bf16", help="e.g. bf16,fp8")
     g.add_argument("--attention", default="flash",
@@ -174,7 +177,8 @@ def search_options(a: argparse.Namespace, price: float | None = None,
         recomputes=tuple(parse_str_list(a.recomputes)),
         precisions=tuple(parse_str_list(a.precisions)), attention=a.attention,
         dp_overlap=not a.no_dp_overlap, tp_overlap=a.tp_overlap,
-        prune_dominated=not a.keep_dominated, moe_dispatcher=a.moe_dispatcher)
+        prune_dominated=not a.keep_dominated, moe_dispatcher=a.moe_dispatcher,
+        dp_shards=tuple(parse_int_list(a.dp_shards, "dp_shards")) if a.dp_shards else ())
     progress = sys.stderr.isatty() if a.progress is None else a.progress
     return SearchOptions(space=space, objective=a.objective, top_k=a.top, event_top=a.event_top,
                          event_max=max(a.event_top, a.event_max),

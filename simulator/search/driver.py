@@ -179,6 +179,7 @@ class RankedPlan:
         d = {"rank": self.rank, "gpu": self.gpu, "n_gpus": self.n_gpus,
              "global_batch": p.global_batch, "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp,
              "ep": p.ep, "vpp": p.vpp, "micro_batch": p.micro_batch, "zero_stage": p.zero_stage,
+             "dp_shard": p.dp_shard,
              "recompute": p.recompute.value, "sequence_parallel": p.sequence_parallel,
              "precision": p.precision.value, "schedule": p.schedule.value,
              "attention": p.attention.value, "moe_dispatcher": p.moe_dispatcher,

@@ -88,12 +88,16 @@ class SearchSpace:
     tp_overlap: bool = False
     prune_dominated: bool = True
     moe_dispatcher: str = "alltoall"          # "flex" (DeepEP): MoE shapes with tp 1, ep > 1
+    # HSDP shard groups to try beside full sharding for ZeRO-3 plans (Plan.dp_shard); () none
+    dp_shards: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("micro_batches", "vpps"):
             vals = getattr(self, name)
             if not vals or any(not isinstance(v, int) or v < 1 for v in vals):
                 raise InvalidInputError(name, vals, "a non-empty list of positive integers")
+        if any(not isinstance(v, int) or v < 1 for v in self.dp_shards):
+            raise InvalidInputError("dp_shards", self.dp_shards, "positive shard group sizes")
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise InvalidInputError("zero_stages", self.zero_stages, "values among 0, 1, 2, 3")
         object.__setattr__(self, "recomputes", tuple(Recompute(r) for r in self.recomputes))
@@ -111,6 +115,8 @@ class SearchSpace:
             f"cp > 1 only when seq_len >= {self.cp_min_seq_len}; cp <= {self.max_cp}",
             "ep > 1 only for MoE: divisors of the expert count that divide dp*cp",
             "sequence parallel only when tp > 1; ZeRO-3 only when pp == 1",
+            f"HSDP shard groups {list(self.dp_shards) or 'none'} beside full sharding for ZeRO-3 "
+            "(each a proper divisor of dp*cp and a multiple of cp and ep)",
             f"attention={self.attention.value} dp_overlap={self.dp_overlap} "
             f"tp_overlap={self.tp_overlap} moe_dispatcher={self.moe_dispatcher} (fixed for "
             "the whole search; flex: tp = 1 and ep > 1 for MoE models)",
@@ -168,22 +174,32 @@ class Knobs:
     recompute: Recompute
     sequence_parallel: bool
     precision: Dtype
+    dp_shard: int = 0
+
+
+def _shards(shape: Shape, zero: int, space: SearchSpace) -> list[int]:
+    """0 (shard over all of dp x cp) and, for ZeRO-3, each HSDP group this shape takes."""
+    ranks = shape.dp * shape.cp
+    extra = [s for s in space.dp_shards if zero == 3 and s < ranks and ranks % s == 0
+             and s % shape.cp == 0 and s % shape.ep == 0]
+    return [0] + sorted(set(extra))
 
 
 def knob_options(model: TransformerSpec, shape: Shape, space: SearchSpace) -> list[Knobs]:
     vpps = [1] if shape.pp == 1 else [v for v in space.vpps
                                       if v == 1 or model.n_layers % (shape.pp * v) == 0]
     sps = (False, True) if shape.tp > 1 else (False,)
-    return [Knobs(mb, v, z, rc, sp, prec)
+    return [Knobs(mb, v, z, rc, sp, prec, ds)
             for prec in space.precisions for mb in space.micro_batches for v in vpps
-            for z in space.zero_stages for sp in sps for rc in space.recomputes]
+            for z in space.zero_stages for ds in _shards(shape, z, space) for sp in sps
+            for rc in space.recomputes]
 
 
 def make_plan(shape: Shape, k: Knobs, global_batch: int, space: SearchSpace) -> Plan:
     return Plan(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, ep=shape.ep, vpp=k.vpp,
                 micro_batch=k.micro_batch, global_batch=global_batch,
                 sequence_parallel=k.sequence_parallel, recompute=k.recompute,
-                zero_stage=k.zero_stage, precision=k.precision,
+                zero_stage=k.zero_stage, dp_shard=k.dp_shard, precision=k.precision,
                 schedule=Schedule.INTERLEAVED if k.vpp > 1 else Schedule.ONE_F_ONE_B,
                 attention=space.attention, dp_overlap=space.dp_overlap,
                 tp_overlap=space.tp_overlap, moe_dispatcher=space.moe_dispatcher)

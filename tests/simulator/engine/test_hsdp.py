@@ -159,3 +159,15 @@ def test_memory_remedies_offer_full_sharding():
     names = [n for n, _ in _candidates(_plan(8))]
     assert any(n.startswith("dp_shard=0") for n in names)
     assert any(n.startswith("tp=2") for n in names)
+
+
+def test_the_search_tries_hsdp_groups_only_where_they_apply():
+    """``SearchSpace.dp_shards`` adds HSDP groups beside full sharding for ZeRO-3 knobs, each
+    a proper divisor of dp*cp and a multiple of cp and ep; nothing for ZeRO-0/1."""
+    from simulator.search.space import SearchSpace, Shape, knob_options
+    space = SearchSpace(zero_stages=(1, 3), dp_shards=(8, 3, 64), micro_batches=(1,),
+                        recomputes=("none",))
+    knobs = knob_options(MODEL, Shape(tp=1, cp=2, pp=1, dp=16, ep=1), space)
+    assert sorted({(k.zero_stage, k.dp_shard) for k in knobs}) == [(1, 0), (3, 0), (3, 8)]
+    with pytest.raises(InvalidInputError, match="dp_shards"):
+        SearchSpace(dp_shards=(0,))
