@@ -34,7 +34,12 @@
   (materialized attention, dropout) for the same layer;
 * ``hf_decoder_layer``: a HuggingFace ``transformers`` ``LlamaDecoderLayer``
   (``calibrate.bench_hf_host``; needs ``pip install transformers``, skipped otherwise): the
-  same, against the op graph of a Llama-style layer.
+  same, against the op graph of a Llama-style layer;
+* ``deepspeed_zero1_grad_hooks``, ``deepspeed_zero2_grad_hooks``, ``deepspeed_zero3_hooks``:
+  DeepSpeed's ZeRO engine at stage 1, 2, 3 (``calibrate.bench_deepspeed``; needs ``pip
+  install deepspeed``, skipped otherwise): the engine's extra over the bare model per
+  parameter tensor, forward and backward, ZeRO-3's memory-efficient linear per Linear call,
+  and the engine's constant per micro-batch.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -243,6 +248,39 @@ def hf_rows(base: dict) -> list[dict]:
                            "hf_decoder_layer", how, rows)
 
 
+def deepspeed_rows(base: dict, only: frozenset[str] = frozenset()) -> list[dict]:
+    """``deepspeed_zero1_grad_hooks`` / ``_zero2_grad_hooks`` / ``_zero3_hooks`` rows
+    (``calibrate.bench_deepspeed``) of those ``only`` names (all when empty; none when it
+    names others); none, with a message on stderr, without DeepSpeed."""
+    import types
+
+    from . import bench_deepspeed as ds
+    from .bench import PRESSURE_SUSPECT
+    from .store import PressureMeter
+    kinds = tuple(k for k, m in ds.MECHANISMS.items() if not only or m in only)
+    if not kinds:
+        return []
+    meter = PressureMeter().start()
+    timed = _with_probe(types.SimpleNamespace(available=ds.available,
+                                              dense_cases=lambda: ds.cases(kinds)),
+                        "deepspeed_zero*_hooks")
+    pressure = meter.stop()
+    if timed is None:
+        return []
+    t, op = timed
+    if 3 in kinds:          # ZeRO-3's linear wrapper alone, in the main probe's units
+        tl, opl = _with_probe(types.SimpleNamespace(available=ds.available,
+                                                    dense_cases=ds.linear_cases), "linear")
+        scale = op["fwd"] / opl["fwd"]
+        t.update({k: (f * scale, b * scale) for k, (f, b) in tl.items() if k[0] == "linear"})
+    if pressure > PRESSURE_SUSPECT:
+        print(f"deepspeed_zero*_hooks: host busy ({pressure:.0%} CPU pressure), rows suspect",
+              file=sys.stderr)
+    b = {**base, "op_fwd_us_same_run": round(op["fwd"], 2)}
+    return [r for mech, metric, us in ds.metric_rows(t, kinds)
+            for r in _mechanism_rows(b, op["fwd"], mech, ds.method(op, pressure), [(metric, us)])]
+
+
 def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
                 graph: tuple[int, int]) -> list[tuple[str, float]]:
     """Per-layer (metric, us) rows from ``block`` and ``recompute`` cases at ``layers``
@@ -398,8 +436,7 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         rows += dense_rows(base, op)
     if want("mcore_model"):
         rows += mcore_model_rows(base)
-    if want("hf_decoder_layer"):
-        rows += hf_rows(base)
+    rows += (hf_rows(base) if want("hf_decoder_layer") else []) + deepspeed_rows(base, only)
     legacy = {"megatron_legacy_layer": legacy_rows,
               "megatron_legacy_model_split": legacy_split_rows}
     if only and only <= set(legacy):    # alone: their stand-ins stay in this process

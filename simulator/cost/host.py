@@ -131,26 +131,31 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
-    layers run again in backward (full recompute). Module code (per-call overhead, a layer
-    module's Python glue, a checkpoint wrapper's work per recomputed layer:
+    layers run again in backward (full recompute: a re-run call costs its forward extra).
+    Module code (per-call overhead, a layer module's Python glue, a checkpoint wrapper's
+    work per recomputed layer:
     ``recompute_layer_fwd_eager_ops`` in the forward, ``_bwd_`` in the backward) scales with
     the launch ``mode`` like any per-op cost (``op_scale``: a compiled region trims it, a
     CUDA graph replays without it); hooks and loops run outside either and do not.
     ``edge_units``: FSDP units beside the layers' (the root, torchtitan's embedding and
-    [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed)."""
+    [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed).
+    Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
+    the ``tensors`` once per pass (not again under recompute)."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
         m = HOST.mechanisms[name]
-        per_call = m.linear_call_extra_eager_ops * scale
+        call_f = (m.linear_call_extra_eager_ops + m.linear_call_fwd_eager_ops) * scale
+        call_b = (m.linear_call_extra_eager_ops + m.linear_call_bwd_eager_ops) * scale
         glue = m.layer_module_fwd_eager_ops * scale
         wrap_f, wrap_b = (m.recompute_layer_fwd_eager_ops * scale,
                           m.recompute_layer_bwd_eager_ops * scale)
-        fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * per_call \
-            + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops
+        fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * call_f \
+            + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops \
+            + tensors * m.param_tensor_fwd_eager_ops
         bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
             + tensors * m.param_tensor_bwd_eager_ops \
-            + (calls + recompute_calls) * per_call + recompute_layers * (glue + wrap_b)
+            + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b)
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

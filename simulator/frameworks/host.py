@@ -37,13 +37,18 @@ class HostMechanism:
 
     ``layer_fwd_eager_ops`` / ``layer_bwd_eager_ops``: per layer (an FSDP unit) and pass;
     ``param_tensor_bwd_eager_ops``: per local parameter tensor and backward pass (DDP's
-    autograd hooks, DeepSpeed's per-micro-batch gradient loop); ``device_bytes_per_param_fwd``
-    / ``device_bytes_per_param_bwd``: device memory traffic per local parameter and pass (DDP's
+    autograd hooks, DeepSpeed's per-micro-batch gradient loop, ZeRO's gradient hooks);
+    ``param_tensor_fwd_eager_ops``: per parameter tensor and forward pass (ZeRO-3's
+    per-module gather and release hooks); ``zero_stages``: the ZeRO stages the mechanism
+    exists at (empty: any; ``framework_plan.with_framework`` drops it at others);
+    ``device_bytes_per_param_fwd`` / ``device_bytes_per_param_bwd``: device memory traffic per local parameter and pass (DDP's
     bucket copies; FSDP2's all-gather copy-out and reduce-scatter copy-in), in
     ``device_kernels_per_layer_fwd`` / ``_bwd`` kernels per layer, or, where those are 0,
     ``device_kernels_per_tensor_bwd`` per parameter tensor;
     ``linear_call_extra_eager_ops``: per Linear-module call, forward and again backward, the
     host cost beyond an eager ``torch.nn.Linear`` (Transformer Engine's modules);
+    ``linear_call_fwd_eager_ops`` / ``linear_call_bwd_eager_ops``: the same, forward only /
+    backward only (ZeRO-3's memory-efficient linear replacing ``F.linear``);
     ``layer_module_fwd_eager_ops``: per layer forward (again when full recompute re-runs it),
     the layer module's Python glue beyond its ops (Megatron-Core's ``TransformerLayer``);
     ``bucket_grad_copies_bwd``: gradient-sized copies per backward (each reads and writes the
@@ -91,6 +96,8 @@ class HostMechanism:
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
     param_tensor_bwd_eager_ops: float = 0.0
+    param_tensor_fwd_eager_ops: float = 0.0
+    zero_stages: tuple[int, ...] = ()
     device_bytes_per_param_bwd: float = 0.0
     device_bytes_per_param_fwd: float = 0.0
     device_kernels_per_layer_fwd: float = 0.0
@@ -106,6 +113,8 @@ class HostMechanism:
     device_bytes_per_param_accumulate: float = 0.0
     device_bytes_per_param_bwd_accumulated: float = 0.0
     linear_call_extra_eager_ops: float = 0.0
+    linear_call_fwd_eager_ops: float = 0.0
+    linear_call_bwd_eager_ops: float = 0.0
     layer_module_fwd_eager_ops: float = 0.0
     bucket_grad_copies_bwd: float = 0.0
     bucket_copies_on_sync_only: bool = False
@@ -164,10 +173,15 @@ def _fw(d: Mapping[str, Any]) -> FrameworkHost:
     return FrameworkHost(str(kw["mode"]), tuple(kw.get("mechanisms", ())), why)
 
 
+def _mechanism_fields(kw: dict[str, Any]) -> dict[str, Any]:
+    """A mechanism's JSON fields as ``HostMechanism`` takes them (lists as tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()}
+
+
 def load_host(data: Mapping[str, Any] | None = None) -> HostFacts:
     h = (data if data is not None else json.loads(DATA.read_text()))["host"]
     modes = {k: HostMode(**_split(v)[0], why=_split(v)[1]) for k, v in h["modes"].items()}
-    mech = {k: HostMechanism(**_split(v)[0], why=_split(v)[1])
+    mech = {k: HostMechanism(**_mechanism_fields(_split(v)[0]), why=_split(v)[1])
             for k, v in h["mechanisms"].items()}
     fws = {canonical_framework(k): _fw(v) for k, v in h["frameworks"].items()}
     return HostFacts(modes, mech, fws, _fw(h["default"]))

@@ -78,9 +78,12 @@ def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
     """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
     (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in torch DDP (no
     ZeRO: a ZeRO stage means DeepSpeed's engine, not DDP; more than one data-parallel
-    replica), and those marked ``only_without_vpp`` only without virtual stages (Megatron-Core
-    overlaps p2p, with no batched sync, only in the interleaved schedule)."""
+    replica), those marked ``only_without_vpp`` only without virtual stages (Megatron-Core
+    overlaps p2p, with no batched sync, only in the interleaved schedule), and those that
+    name ``zero_stages`` only at those stages (DeepSpeed's ZeRO hooks)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
                  and not (m == "ddp_param_hooks" and (zero >= 1 or replicas <= 1))
-                 and not (HOST.mechanisms[m].only_without_vpp and vpp > 1))
+                 and not (HOST.mechanisms[m].only_without_vpp and vpp > 1)
+                 and not (HOST.mechanisms[m].zero_stages
+                          and zero not in HOST.mechanisms[m].zero_stages))

@@ -1,0 +1,278 @@
+"""Host cost of DeepSpeed's ZeRO engine hooks, measured on this CPU
+(``python -m calibrate.bench_framework --only deepspeed_zero1_grad_hooks,
+deepspeed_zero2_grad_hooks,deepspeed_zero3_hooks``).
+
+The probe decoder of ``calibrate.bench_host`` (``calibrate.torch_model.build_model``, hidden
+32, 8 tokens) is wrapped by ``deepspeed.initialize`` at ZeRO stage 1, 2 and 3 (fp32: the
+engine runs the same Python in bf16, the ``deepspeed`` framework's usual dtype, but on this
+CPU bf16 GEMMs are not nearly free and only add noise, ``BF16``; ``overlap_comm`` off; a
+client ``torch.optim.AdamW``, never stepped) on the fake 2-rank process group the other
+wrappers' benches use (every collective is a no-op: what is timed is the engine's Python and
+its ops), and timed interleaved, forward (``engine(tokens, targets)``) and backward
+(``engine.backward(loss)``), against the same model bare and against the host probe, so the
+difference is in eager ops of the same host and load. With 1 and 5 layers, and with blocks
+of 6 (fused qkv and up projections) and 9 (one Linear per projection) parameter tensors, the
+extra per layer is charged per parameter tensor (pooled over both shapes; the slope and the
+per-layer intercept through the two shapes are stored as a check that a layer's paramless
+module adds little); what the 1-layer model costs beyond its tensors' is the engine's
+per-micro-batch constant. Every backward is a gradient-accumulation boundary
+(``gradient_accumulation_steps`` 1); ZeRO-1 is also timed off the boundary (2 steps, never
+stepped), where its hooks only count the gradients.
+
+ZeRO-3 runs with the sizes HF Trainer's ``"auto"`` derives from the hidden size (``hidden^2``
+reduce bucket, ``0.9 hidden^2`` prefetch bucket, ``10 hidden`` persistence threshold) so that,
+as in a real model, the Linear weights are partitioned and gathered and the norms persist
+(DeepSpeed's absolute defaults would keep every tensor of this tiny model whole). Its
+module hooks are timed with ``memory_efficient_linear`` off; the memory-efficient linear
+that replaces ``F.linear`` by default is timed alone, per call, against torch's, and the
+default engine's whole layer is stored as a check. DeepSpeed is not a dependency of this
+project: ``pip install deepspeed``; without it the bench is skipped with a message.
+"""
+from __future__ import annotations
+
+import os
+
+from .bench_host import HOST_LAYERS, probe_spec
+
+STAGES = (1, 2, 3)
+BLOCKS = (False, True)                  # build_model(split=...): 6 / 9 tensors per layer
+STAGE1_ACCUMULATING = "1acc"            # ZeRO-1 off the accumulation boundary
+STAGE3_PLAIN_LINEAR = "3plain"          # ZeRO-3 with memory_efficient_linear off
+KINDS = STAGES + (STAGE1_ACCUMULATING, STAGE3_PLAIN_LINEAR)
+BF16 = False                            # True: the engines in bf16, the bare model cast to it
+
+
+def available() -> str:
+    """'' when DeepSpeed imports (on its CPU accelerator), else why not."""
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as exc:                     # ImportError, or its accelerator failing
+        return f"deepspeed not importable ({type(exc).__name__}: {exc})"
+    return ""
+
+
+def version() -> str:
+    import deepspeed
+    return deepspeed.__version__
+
+
+def config(kind: int | str, hidden: int) -> dict:
+    """The DeepSpeed config of one case ``kind``: a ZeRO stage, ``STAGE1_ACCUMULATING``
+    (stage 1, 2 accumulation steps) or ``STAGE3_PLAIN_LINEAR`` (stage 3 without
+    ``memory_efficient_linear``); ``BF16``, no overlap, ZeRO-3 sizes as HF's "auto" at
+    ``hidden``."""
+    stage = {STAGE1_ACCUMULATING: 1, STAGE3_PLAIN_LINEAR: 3}.get(kind, kind)
+    zero: dict = {"stage": stage, "overlap_comm": False}
+    if stage == 3:
+        zero.update(reduce_bucket_size=hidden * hidden,
+                    stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
+                    stage3_param_persistence_threshold=10 * hidden,
+                    memory_efficient_linear=kind != STAGE3_PLAIN_LINEAR)
+    return {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": BF16},
+            "gradient_accumulation_steps": 2 if kind == STAGE1_ACCUMULATING else 1,
+            "zero_optimization": zero, "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False, "wall_clock_breakdown": False}
+
+
+def _quiet() -> None:
+    import logging
+    import warnings
+
+    from deepspeed.utils import logger
+    logger.setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def _grads_dropped(params, step):
+    """A backward that then drops every ``.grad`` (as ``bench_host.loss_backward``)."""
+    def bwd(loss):
+        step(loss)
+        for p in params:
+            p.grad = None
+    return bwd
+
+
+def _case(layers: int, split: bool, kind: int | str | None):
+    """(forward, backward) of the probe decoder of ``layers`` layers, bare (``kind`` None;
+    in bf16 under ``BF16``) or wrapped by a DeepSpeed engine (``config(kind)``). ZeRO-3's engine replaces
+    ``torch.nn.functional.linear`` process-wide with its memory-efficient autograd Function
+    (``memory_efficient_linear``, on by default; zero/partition_parameters.py
+    _enable_mem_efficient_linear): put back here, and swapped in around this engine's
+    forward only, so that the bare models and the probe keep torch's."""
+    import torch
+    import torch.nn.functional as F
+
+    from .torch_model import build_model, synthetic_batch
+    spec = probe_spec(layers)
+    model = build_model(spec, split=split)
+    tokens, targets = synthetic_batch(spec, 1)
+    if kind is None:
+        model = model.to(torch.bfloat16 if BF16 else torch.float32)
+        params = list(model.parameters())
+        return (lambda: model(tokens, targets)), _grads_dropped(params, lambda x: x.backward())
+    import deepspeed
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    own = F.linear
+    eng, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config(kind, spec.hidden))
+    linear, F.linear = F.linear, own
+    params = list(eng.module.parameters())
+
+    def fwd():
+        F.linear = linear
+        try:
+            return eng(tokens, targets)
+        finally:
+            F.linear = own
+    return fwd, _grads_dropped(params, eng.backward)
+
+
+def cases(kinds=KINDS) -> dict:
+    """Timing cases for ``bench_host.time_interleaved``: (kind, split, layers) with kind
+    ``bare`` or one of ``kinds``, for both block shapes and ``HOST_LAYERS``. Needs the fake
+    process group up (``bench_framework._init_fake_pg``)."""
+    # what a launcher sets (rank 0 of the fake group); LOCAL_SIZE spares the CPU
+    # accelerator's device_count() a `numactl --hardware` subprocess per call (a GPU's is
+    # cached), 1 so that DeepSpeed's shared-memory allreduce does not wait for a peer
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_SIZE", "1")):
+        os.environ.setdefault(k, v)
+    _quiet()
+    out = {}
+    for split in BLOCKS:
+        for n in HOST_LAYERS:
+            out[("bare", split, n)] = _case(n, split, None)
+            for kind in kinds:
+                out[(kind, split, n)] = _case(n, split, kind)
+    return out
+
+
+def tensors_per_layer(split: bool) -> int:
+    return 9 if split else 6
+
+
+def edge_tensors() -> int:
+    """Parameter tensors outside the probe's layers as the simulator counts them
+    (``cost.host.param_tensors`` of the embedding and head ops: embedding, final norm,
+    logits), the same as the model's (untied)."""
+    from simulator.cost.host import param_tensors
+    from simulator.workload.ops import embedding_ops, head_ops
+
+    from .bench_host import probe_shape
+    spec = probe_spec(1)
+    sh = probe_shape(spec)
+    return param_tensors(embedding_ops(spec, sh) + head_ops(spec, sh))
+
+
+def split_costs(t: dict, stage: int | str, pas: int) -> dict[str, float]:
+    """Microseconds of ``stage``'s extra over the bare model in pass ``pas`` (0 forward, 1
+    backward), from timings ``t`` keyed as ``cases``: per layer for each block shape
+    (``layer6``, ``layer9``); per parameter tensor pooled over both shapes (``tensor``: the
+    mechanisms' charge); the slope through the two shapes (``slope``) and the per-layer
+    intercept (``layer``: a layer's hooks beside its tensors', the paramless block module's
+    under ZeRO-3); ``rest``: the 1-layer model's extra beyond its tensors' (its layer's and
+    the ``edge_tensors`` outside the layers) at the pooled rate, averaged over the two
+    shapes: the engine's per-micro-batch constant."""
+    lo, hi = HOST_LAYERS
+    ex = {(s, n): t[(stage, s, n)][pas] - t[("bare", s, n)][pas] for s in BLOCKS for n in (lo, hi)}
+    per = {s: (ex[(s, hi)] - ex[(s, lo)]) / (hi - lo) for s in BLOCKS}
+    k = {s: tensors_per_layer(s) for s in BLOCKS}
+    slope = (per[True] - per[False]) / (k[True] - k[False])
+    tensor = sum(per.values()) / sum(k.values())
+    rest = sum(ex[(s, lo)] - (lo * k[s] + edge_tensors()) * tensor for s in BLOCKS) / len(BLOCKS)
+    return {"layer6": per[False], "layer9": per[True], "tensor": tensor, "slope": slope,
+            "layer": per[False] - k[False] * slope, "rest": rest}
+
+
+def linear_wrapper_costs(t: dict, pas: int) -> dict[str, float]:
+    """ZeRO-3 in pass ``pas``, microseconds: per layer for each block shape (``layer6``,
+    ``layer9``), its memory-efficient linear's extra per call over torch's ``F.linear``
+    (``call``: the ``linear_cases``, keyed ``("linear", ...)``), and the 1-layer model's extra beyond its
+    tensors' hooks (``split_costs`` of ``STAGE3_PLAIN_LINEAR``) and its layer's Linear
+    calls (``rest``: the engine's per-micro-batch constant, the logits' call in it),
+    averaged over the two shapes."""
+    lo, hi = HOST_LAYERS
+    plain = split_costs(t, STAGE3_PLAIN_LINEAR, pas)["tensor"]
+    ex = {(s, n): t[(3, s, n)][pas] - t[("bare", s, n)][pas] for s in BLOCKS for n in (lo, hi)}
+    call = t[("linear", "zero3")][pas] - t[("linear", "torch")][pas]
+    rest = sum(ex[(s, lo)] - (lo * tensors_per_layer(s) + edge_tensors()) * plain
+               - lo * linears_per_layer(s) * call for s in BLOCKS) / len(BLOCKS)
+    return {"layer6": (ex[(False, hi)] - ex[(False, lo)]) / (hi - lo),
+            "layer9": (ex[(True, hi)] - ex[(True, lo)]) / (hi - lo), "call": call, "rest": rest}
+
+
+def linear_cases() -> dict:
+    """(forward, backward) of one Linear call on the probe's shapes (fp32: on this CPU bf16
+    GEMMs are not nearly free, and the wrapper's Python does not depend on the dtype),
+    through torch's
+    ``F.linear`` and through ZeRO-3's ``zero3_linear_wrap`` (deepspeed/runtime/zero/linear.py:
+    ``LinearFunctionForZeroStage3``, an autograd Function with autocast bookkeeping). Timed
+    apart from the engines: interleaved with them, a tiny case runs from cold caches."""
+    import torch
+    import torch.nn.functional as F
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+
+    from .bench_host import HOST_SHAPE
+    h = HOST_SHAPE["hidden"]
+    w = torch.randn(h, h, requires_grad=True)
+    x = torch.randn(1, HOST_SHAPE["seq_len"], h, requires_grad=True)
+    grad = torch.ones_like(x)
+
+    def bwd(out):
+        out.backward(grad)
+        w.grad = x.grad = None
+    return {("linear", "torch"): ((lambda: F.linear(x, w)), bwd),
+            ("linear", "zero3"): ((lambda: zero3_linear_wrap(x, w)), bwd)}
+
+
+def linears_per_layer(split: bool) -> int:
+    return 7 if split else 4
+
+
+MECHANISMS = {1: "deepspeed_zero1_grad_hooks", STAGE1_ACCUMULATING: "deepspeed_zero1_grad_hooks",
+              2: "deepspeed_zero2_grad_hooks", 3: "deepspeed_zero3_hooks",
+              STAGE3_PLAIN_LINEAR: "deepspeed_zero3_hooks"}
+TAGS = {STAGE1_ACCUMULATING: "ZeRO-1 off the accumulation boundary",
+        STAGE3_PLAIN_LINEAR: "ZeRO-3 without memory_efficient_linear"}
+
+
+def _kind_rows(t: dict, kind: int | str, pas: str, i: int) -> list[tuple[str, float]]:
+    """(metric, us) rows of one case kind and pass: ZeRO-3's whole layer, its linear
+    wrapper per call and its per-micro-batch rest; the others' ``split_costs``."""
+    if kind == 3:
+        c = linear_wrapper_costs(t, i)
+        return [(f"per layer of 6 tensors, {pas}", c["layer6"]),
+                (f"per layer of 9 tensors, {pas}", c["layer9"]),
+                (f"memory-efficient linear, per Linear call, {pas}", c["call"]),
+                (f"per micro-batch, rest, {pas}", c["rest"])]
+    c = split_costs(t, kind, i)
+    return [(f"per layer of 6 tensors, {pas}", c["layer6"]),
+            (f"per layer of 9 tensors, {pas}", c["layer9"]),
+            (f"per parameter tensor, {pas}", c["tensor"]),
+            (f"per parameter tensor, 6 vs 9 slope, {pas}", c["slope"]),
+            (f"per layer beside its tensors, {pas}", c["layer"]),
+            (f"per micro-batch, rest, {pas}", c["rest"])]
+
+
+def metric_rows(t: dict, kinds=KINDS) -> list[tuple[str, str, float]]:
+    """(mechanism, metric, us) of the case ``kinds`` (``MECHANISMS``; ZeRO-3's need
+    ``STAGE3_PLAIN_LINEAR``'s), forward and backward."""
+    rows = []
+    for kind in kinds:
+        tag = TAGS.get(kind, f"ZeRO-{kind}")
+        for pas, i in (("fwd", 0), ("bwd", 1)):
+            rows += [(MECHANISMS[kind], f"{tag}, {m}", v) for m, v in _kind_rows(t, kind, pas, i)]
+    return rows
+
+
+def method(op: dict[str, float], pressure: float) -> str:
+    """The CSV rows' method text, with the probe's backward cost and the CPU pressure."""
+    lo, hi = HOST_LAYERS
+    return (f"DeepSpeed {version()} engine (DS_ACCELERATOR=cpu, fake pg x2, "
+            f"{'bf16' if BF16 else 'fp32'}, overlap_comm off, gradient_accumulation_steps 1 "
+            "(ZeRO-1 off the boundary: 2, never stepped), ZeRO-3 buckets and persistence as HF "
+            "auto at hidden 32, memory_efficient_linear on (default) and off) - bare model, "
+            f"{lo} vs {hi} layers, blocks of 6 and 9 tensors, timed interleaved with the host "
+            f"probe (bwd op {op['bwd']:.2f} us, CPU pressure {pressure:.2f}); ZeRO-3's "
+            "zero3_linear_wrap - F.linear per call (fp32, 1x8x32 @ 32x32) timed alone with "
+            "its own probe, rescaled to this one")

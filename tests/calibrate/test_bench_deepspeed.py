@@ -1,0 +1,136 @@
+"""``calibrate.bench_deepspeed``: the arithmetic that turns its timings into the
+``deepspeed_zero*_hooks`` rows, its clean skip without DeepSpeed, and (only where DeepSpeed
+is installed: ``pytest.importorskip``) one real ZeRO-3 engine on this CPU, whose
+process-wide ``F.linear`` replacement must stay inside its own forward."""
+from __future__ import annotations
+
+import pytest
+
+from calibrate import bench_deepspeed as ds
+from calibrate.bench_host import HOST_LAYERS
+
+EDGE = 3                                  # embedding, final norm, logits
+
+
+def _timings(per_tensor: float, per_layer: float, const: float, kinds=(1,)) -> dict:
+    """Synthetic (fwd, bwd) us: the bare model costs 100 per layer; each kind adds
+    ``per_tensor`` per tensor (layers' and the edge's), ``per_layer`` per layer and
+    ``const`` per pass."""
+    t = {}
+    for s in ds.BLOCKS:
+        k = ds.tensors_per_layer(s)
+        for n in HOST_LAYERS:
+            bare = 100.0 * n
+            t[("bare", s, n)] = (bare, 2 * bare)
+            extra = (n * k + EDGE) * per_tensor + n * per_layer + const
+            for kind in kinds:
+                t[(kind, s, n)] = (bare + extra, 2 * bare + 2 * extra)
+    return t
+
+
+def test_edge_tensors_are_the_simulators_count():
+    assert ds.edge_tensors() == EDGE
+
+
+def test_per_tensor_costs_and_the_per_micro_batch_rest():
+    t = _timings(per_tensor=5.0, per_layer=0.0, const=40.0)
+    for pas, f in ((0, 1.0), (1, 2.0)):
+        c = ds.split_costs(t, 1, pas)
+        assert c["tensor"] == pytest.approx(5.0 * f)
+        assert c["slope"] == pytest.approx(5.0 * f)
+        assert c["layer"] == pytest.approx(0.0, abs=1e-9)
+        assert c["rest"] == pytest.approx(40.0 * f)
+        assert c["layer6"] == pytest.approx(30.0 * f) and c["layer9"] == pytest.approx(45.0 * f)
+    # a per-layer part shows in the intercept; the pooled rate then carries it
+    c = ds.split_costs(_timings(per_tensor=5.0, per_layer=15.0, const=0.0), 1, 0)
+    assert c["slope"] == pytest.approx(5.0) and c["layer"] == pytest.approx(15.0)
+    assert c["tensor"] == pytest.approx(5.0 + 2 * 15.0 / 15)
+
+
+def test_zero3_linear_wrapper_per_call_and_rest():
+    """ZeRO-3 = its hooks (the plain-linear engine's, per tensor) + the memory-efficient
+    linear per Linear call (4 or 7 per layer, and the logits' once) + a constant."""
+    hooks, wrap, const = 20.0, 3.0, 50.0
+    t = _timings(hooks, 0.0, const, kinds=(ds.STAGE3_PLAIN_LINEAR,))
+    for s in ds.BLOCKS:
+        for n in HOST_LAYERS:
+            f, b = t[(ds.STAGE3_PLAIN_LINEAR, s, n)]
+            calls = n * ds.linears_per_layer(s) + 1
+            t[(3, s, n)] = (f + calls * wrap, b + calls * wrap)
+    t[("linear", "torch")], t[("linear", "zero3")] = (10.0, 30.0), (10.0 + wrap, 30.0 + wrap)
+    c = ds.linear_wrapper_costs(t, 0)
+    assert c["call"] == pytest.approx(wrap)
+    assert c["rest"] == pytest.approx(const + wrap)          # the logits' call is in it
+    assert c["layer6"] == pytest.approx(6 * hooks + 4 * wrap)
+    rows = ds.metric_rows(t, (3, ds.STAGE3_PLAIN_LINEAR))
+    assert {m for m, _, _ in rows} == {"deepspeed_zero3_hooks"}
+    assert ("deepspeed_zero3_hooks", "ZeRO-3, memory-efficient linear, per Linear call, fwd",
+            pytest.approx(wrap)) in rows
+
+
+def test_config_per_kind():
+    z3 = ds.config(3, 32)["zero_optimization"]
+    assert (z3["reduce_bucket_size"], z3["stage3_prefetch_bucket_size"],
+            z3["stage3_param_persistence_threshold"]) == (1024, 921, 320)
+    assert z3["memory_efficient_linear"] and not z3["overlap_comm"]
+    assert not ds.config(ds.STAGE3_PLAIN_LINEAR, 32)["zero_optimization"][
+        "memory_efficient_linear"]
+    acc = ds.config(ds.STAGE1_ACCUMULATING, 32)
+    assert acc["zero_optimization"]["stage"] == 1 and acc["gradient_accumulation_steps"] == 2
+    assert ds.config(2, 32)["gradient_accumulation_steps"] == 1
+
+
+def test_the_bench_says_why_it_skips(monkeypatch, capsys):
+    import builtins
+
+    from calibrate.bench_framework import deepspeed_rows
+    real = builtins.__import__
+
+    def no_deepspeed(name, *a, **k):
+        if name == "deepspeed" or name.startswith("deepspeed."):
+            raise ImportError("not here")
+        return real(name, *a, **k)
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")            # restored afterwards
+    monkeypatch.setattr(builtins, "__import__", no_deepspeed)
+    assert "deepspeed not importable" in ds.available()
+    assert deepspeed_rows({}) == []
+    assert "deepspeed_zero*_hooks skipped" in capsys.readouterr().err
+
+
+@pytest.fixture
+def zero3_env(monkeypatch):
+    """DeepSpeed on its CPU accelerator over a fake 2-rank process group, torn down after."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    why = ds.available()            # any failure to import (not only a missing package)
+    if why:
+        pytest.skip(why)
+    pytest.importorskip("deepspeed")
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_SIZE", "1")):
+        monkeypatch.setenv(k, v)
+    ours = not dist.is_initialized()
+    if ours:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    yield
+    if ours:
+        dist.destroy_process_group()
+
+
+def test_a_zero3_engine_keeps_its_linear_to_its_own_forward(zero3_env):
+    import math
+
+    import torch.nn.functional as F
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+    own = F.linear
+    fwd, bwd = ds._case(1, False, 3)
+    assert F.linear is own                      # put back after deepspeed.initialize
+    cells = [c.cell_contents for c in fwd.__closure__]
+    assert any(c is zero3_linear_wrap for c in cells)   # swapped in around its forward
+    loss = fwd()
+    assert F.linear is own and math.isfinite(float(loss.detach()))
+    bwd(loss)
+    plain_fwd, _ = ds._case(1, False, ds.STAGE3_PLAIN_LINEAR)
+    assert not any(c.cell_contents is zero3_linear_wrap for c in plain_fwd.__closure__)
+    assert F.linear is own
