@@ -125,9 +125,16 @@ def linear_calls(ops: list[Op]) -> int:
                and o.name not in WEIGHTLESS_GEMMS + PLAIN_LINEARS)
 
 
+def _by_share(boundary: float, accumulating: float, share: float) -> float:
+    """Mean cost of a backward when ``share`` of them sit on the accumulation boundary
+    (``accumulating`` < 0: no difference)."""
+    return boundary if accumulating < 0 else accumulating + share * (boundary - accumulating)
+
+
 def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
                     calls: int = 0, mode: str = "eager", recompute_calls: int = 0,
-                    recompute_layers: int = 0, edge_units: int = 0) -> tuple[HostCost, HostCost]:
+                    recompute_layers: int = 0, edge_units: int = 0,
+                    boundary_share: float = 1.0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -140,7 +147,9 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     ``edge_units``: FSDP units beside the layers' (the root, torchtitan's embedding and
     [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed).
     Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
-    the ``tensors`` once per pass (not again under recompute)."""
+    the ``tensors`` once per pass (not again under recompute); where a mechanism costs less
+    off the gradient-accumulation boundary (``*_accumulating``), a backward pays that plus
+    ``boundary_share`` (one over the step's micro-batches) of the difference."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
@@ -154,7 +163,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
             + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops \
             + tensors * m.param_tensor_fwd_eager_ops
         bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
-            + tensors * m.param_tensor_bwd_eager_ops \
+            + tensors * _by_share(m.param_tensor_bwd_eager_ops,
+                                  m.param_tensor_bwd_eager_ops_accumulating, boundary_share) \
             + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b)
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
@@ -177,7 +187,7 @@ def bucket_copy_ops(names: tuple[str, ...], params: float, tensors: int, grad_by
 
 
 def model_host(names: tuple[str, ...], prof: Profile, mode: str, first: bool = True,
-               last: bool = True) -> tuple[HostCost, HostCost]:
+               last: bool = True, boundary_share: float = 1.0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time of the model's Python outside its layers, per
     micro-batch pass of a chunk: on every chunk ``model_every_fwd_eager_ops`` (the batch
     code), on the ``first`` (embedding's) chunk ``model_first_*``, on the ``last`` (output
@@ -192,7 +202,8 @@ def model_host(names: tuple[str, ...], prof: Profile, mode: str, first: bool = T
         fwd += h.model_every_fwd_eager_ops + (h.model_first_fwd_eager_ops if first else 0.0) \
             + (h.model_fwd_eager_ops if last else 0.0)
         bwd += (h.model_first_bwd_eager_ops if first else 0.0) \
-            + (h.model_bwd_eager_ops if last else 0.0)
+            + (_by_share(h.model_bwd_eager_ops, h.model_bwd_eager_ops_accumulating,
+                         boundary_share) if last else 0.0)
     return mechanism_host(fwd * scale, prof), mechanism_host(bwd * scale, prof)
 
 

@@ -351,7 +351,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
                         cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
-    mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode, first, last)
+    mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode, first, last,
+                        1.0 / plan.num_microbatches)
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
@@ -379,7 +380,7 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
                                          plan.grad_bytes, chunk_passes(plan))
     full = plan.recompute == Recompute.FULL or sac_op(plan)   # SAC re-runs the module code
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode,
-                             edge_units=edge_units)
+                             edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches)
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,

@@ -97,6 +97,10 @@ class HostMechanism:
     layer_bwd_eager_ops: float = 0.0
     param_tensor_bwd_eager_ops: float = 0.0
     param_tensor_fwd_eager_ops: float = 0.0
+    # backward costs of a micro-batch off the gradient-accumulation boundary where they
+    # differ (DeepSpeed ZeRO-1 reduces only at the boundary); < 0: every backward alike
+    param_tensor_bwd_eager_ops_accumulating: float = -1.0
+    model_bwd_eager_ops_accumulating: float = -1.0
     zero_stages: tuple[int, ...] = ()
     device_bytes_per_param_bwd: float = 0.0
     device_bytes_per_param_fwd: float = 0.0

@@ -48,6 +48,10 @@ CHARGED = [
     (Z1, "param_tensor_bwd_eager_ops", "ZeRO-1, per parameter tensor, bwd"),
     (Z1, "model_fwd_eager_ops", "ZeRO-1, per micro-batch, rest, fwd"),
     (Z1, "model_bwd_eager_ops", "ZeRO-1, per micro-batch, rest, bwd"),
+    (Z1, "param_tensor_bwd_eager_ops_accumulating",
+     "ZeRO-1 off the accumulation boundary, per parameter tensor, bwd"),
+    (Z1, "model_bwd_eager_ops_accumulating",
+     "ZeRO-1 off the accumulation boundary, per micro-batch, rest, bwd"),
     (Z2, "param_tensor_bwd_eager_ops", "ZeRO-2, per parameter tensor, bwd"),
     (Z2, "model_fwd_eager_ops", "ZeRO-2, per micro-batch, rest, fwd"),
     (Z2, "model_bwd_eager_ops", "ZeRO-2, per micro-batch, rest, bwd"),
@@ -193,3 +197,21 @@ def test_a_host_bound_zero3_step_grows_by_the_measured_host_work():
     passes = plan.global_batch // (plan.dp * plan.micro_batch)
     grown = r_with.step_time_s - r_without.step_time_s
     assert grown == pytest.approx(passes * per_mb, rel=0.05)
+
+
+def test_zero1_pays_the_boundary_once_per_step():
+    """ZeRO-1 reduces only at the accumulation boundary: over n micro-batches a backward
+    pays the off-boundary hooks plus 1/n of the boundary's excess, per tensor and per
+    micro-batch; a single micro-batch pays the boundary's."""
+    from simulator.cost.host import mechanisms_host, model_host
+    prof = hardware_db.load_profile("h100-sxm")
+    m, us = HOST.mechanisms[Z1], prof.host.op_fwd_us.value * 1e-6
+    for n in (1, 4):
+        _, b = mechanisms_host((Z1,), 0, 100, prof, boundary_share=1 / n)
+        _, mb = model_host((Z1,), prof, "eager", True, True, boundary_share=1 / n)
+        per = m.param_tensor_bwd_eager_ops_accumulating + (
+            m.param_tensor_bwd_eager_ops - m.param_tensor_bwd_eager_ops_accumulating) / n
+        const = m.model_bwd_eager_ops_accumulating + (
+            m.model_bwd_eager_ops - m.model_bwd_eager_ops_accumulating) / n
+        assert b.seconds == pytest.approx(100 * per * us, rel=1e-6)
+        assert mb.seconds == pytest.approx(const * us, rel=1e-6)
