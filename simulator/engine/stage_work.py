@@ -152,6 +152,17 @@ def sac_op(plan: Plan) -> bool:
     return plan.recompute == Recompute.SELECTIVE and plan.memory.selective_recompute == "op"
 
 
+def _as_rerun(op: Op, rerun: set[str]) -> Op:
+    """``op`` run again in backward: hardware, not model, FLOPs (``recompute_flops``, in the
+    same attention convention as ``model_flops``); a re-run communication hides behind the
+    re-run kernel it overlapped in the forward (TE's CP ring re-posts each KV block before
+    the recomputed attention step)."""
+    return replace(op, name=op.name + "_recompute", model_flops=0.0,
+                   recompute_flops=op.model_flops,
+                   overlaps_with=(op.overlaps_with + "_recompute"
+                                  if op.overlaps_with in rerun else op.overlaps_with))
+
+
 def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> list[Op]:
     """Op-level SAC (``workload.sac``): each op's re-run part; a GEMM re-runs its
     even-numbered matmuls (the output width ``recompute_n``: the whole input is read
@@ -168,17 +179,13 @@ def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> 
             elem = op.bytes_moved / (op.batch * full) if full else 0.0
             part = replace(op, n=n2, flops=op.flops * f, model_flops=op.model_flops * f,
                            bytes_moved=op.batch * elem * (op.m * op.k + op.k * n2 + op.m * n2))
-        out.append(replace(part, name=op.name + "_recompute", model_flops=0.0,
-                           recompute_flops=part.model_flops,
-                           overlaps_with=(op.overlaps_with + "_recompute"
-                                          if op.overlaps_with in again else op.overlaps_with)))
+        out.append(_as_rerun(part, again))
     return out
 
 
 def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = None,
                    sh: LayerShape | None = None) -> list[Op]:
-    """Forward ops re-run in backward; they count as hardware, not model, FLOPs
-    (``recompute_flops``, in the same attention convention as ``model_flops``)."""
+    """Forward ops re-run in backward (``_as_rerun``)."""
     if sac_op(plan):
         if model is None or sh is None:
             raise ValueError("op-level SAC needs the model and layer shape to pick its ops")
@@ -190,13 +197,7 @@ def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = No
     else:
         chosen = []
     names = {op.name for op in chosen}
-    # a re-run communication hides behind the re-run kernel it overlapped in the forward
-    # (TE's CP ring re-posts each KV block before the recomputed attention step)
-    return [replace(op, name=op.name + "_recompute", model_flops=0.0,
-                    recompute_flops=op.model_flops,
-                    overlaps_with=(op.overlaps_with + "_recompute"
-                                   if op.overlaps_with in names else op.overlaps_with))
-            for op in chosen]
+    return [_as_rerun(op, names) for op in chosen]
 
 
 class _LayerCache:

@@ -59,11 +59,10 @@ def layer_memory(model: TransformerSpec, sh: LayerShape, recompute: Recompute,
     input_bytes = _tokens_per_rank(model, sh) * model.hidden * sh.act_bytes
     kept, remade = layer_activation_bytes(fwd, recompute, input_bytes), None
     if sh.sac_op and recompute == Recompute.SELECTIVE:       # torchtitan's op-level SAC
-        plan = sac.plan_for(fwd, model, sh)
         kept = sac.kept_bytes(fwd, model, sh, input_bytes)
         # the re-run forward re-creates everything autograd saves for the layer's backward
         # (a kept matmul's input included: its own re-run producer saves it again)
-        remade = frozenset(plan)
+        remade = frozenset(op.name for op in fwd)
     # the working set: the layer's backward, or (context parallelism) the ring buffers its
     # forward holds, again when recompute re-runs that forward
     return (kept,
