@@ -464,18 +464,25 @@ def _fsdp_leads(params: float, edge: float, n_layers: int, dtype_bytes: tuple[in
     edge_ag = group_collective(Collective.ALL_GATHER, edge * c_bytes, g, prof).time_s
     edge_rs = group_collective(Collective.REDUCE_SCATTER, edge * r, g, prof).time_s
     if plan.replicas > 1:
-        edge_rs += _hsdp_all_reduce(edge * r, plan, groups, prof).time_s
+        edge_rs += _hsdp_all_reduce(edge * r, plan.shard_ranks, groups, prof).time_s
     return first_layer, edge_ag, edge_rs
 
 
-def _hsdp_all_reduce(grad_bytes: float, plan: Plan, groups: dict[str, GroupPlacement],
+def _hsdp_all_reduce(grad_bytes: float, shard_ranks: int, groups: dict[str, GroupPlacement],
                      prof: Profile):
-    """HSDP: the reduced gradient shards (``grad_bytes`` / shard ranks) all-reduced across
-    the replica groups; None without replicas."""
-    if plan.replicas <= 1:
-        return None
-    return group_collective(Collective.ALL_REDUCE, grad_bytes / plan.shard_ranks,
+    """HSDP: the reduced gradient shards (``grad_bytes`` / ``shard_ranks``) all-reduced
+    across the replica groups."""
+    return group_collective(Collective.ALL_REDUCE, grad_bytes / shard_ranks,
                             groups["dp_rep"], prof)
+
+
+def _fsdp_groups(plan: Plan, groups: dict[str, GroupPlacement]
+                 ) -> tuple[GroupPlacement, GroupPlacement]:
+    """(dense, expert) FSDP shard groups: HSDP's shard group, or all of dp (x cp), and the
+    ranks sharing an expert shard (that group thinned by EP)."""
+    if plan.dp_shard:
+        return groups["dp_shard"], groups["edp_shard"]
+    return groups["dp"], groups["edp"]
 
 
 def _fsdp_collectives(params: float, dense: float, plan: Plan,
@@ -486,14 +493,13 @@ def _fsdp_collectives(params: float, dense: float, plan: Plan,
     shard group thinned by EP: torchtitan's dp_shard_mod_ep, edp without HSDP); under HSDP
     each reduced shard is all-reduced across the replicas."""
     c_bytes, r = dtype_bytes
-    g = groups["dp_shard"] if plan.dp_shard else groups["dp"]
-    ge = groups["edp_shard"] if plan.dp_shard else groups["edp"]
+    g, ge = _fsdp_groups(plan, groups)
     parts = [(p, grp, n) for p, grp, n in ((dense, g, plan.shard_ranks),
              (params - dense, ge, max(1, plan.shard_ranks // plan.ep))) if p > 0]
     ag = [group_collective(Collective.ALL_GATHER, p * c_bytes, grp, prof) for p, grp, _ in parts]
     rs = [group_collective(Collective.REDUCE_SCATTER, p * r, grp, prof) for p, grp, _ in parts]
-    ar = [group_collective(Collective.ALL_REDUCE, p * r / n, groups["dp_rep"], prof)
-          for p, _, n in parts] if plan.replicas > 1 else []
+    ar = [_hsdp_all_reduce(p * r, n, groups, prof) for p, _, n in parts] \
+        if plan.replicas > 1 else []
     return ag, rs, ar
 
 
@@ -522,7 +528,7 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     mechanisms' passes on FSDP's streams (``cost.host.fsdp_lane_ops``: FSDP1's gradient cat
     beside the gathers, its cast and pre-division before each reduce-scatter) run in series
     with them."""
-    g = groups["dp_shard"] if plan.dp_shard else groups["dp"]
+    g = _fsdp_groups(plan, groups)[0]
     once, f = fsdp_once_per_step(plan), fsdp_per_step(plan)
     regather = 0.0 if once else 1.0
     c_bytes, r = (4 if plan.precision.value == "fp32" else 2), grad_reduce_bytes(plan)
