@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-from .bench_host import HOST_LAYERS, probe_spec
+from .bench_host import HOST_LAYERS, loss_backward, probe_spec
 
 STAGES = (1, 2, 3)
 BLOCKS = (False, True)                  # build_model(split=...): 6 / 9 tensors per layer
@@ -85,15 +85,6 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", category=UserWarning)
 
 
-def _grads_dropped(params, step):
-    """A backward that then drops every ``.grad`` (as ``bench_host.loss_backward``)."""
-    def bwd(loss):
-        step(loss)
-        for p in params:
-            p.grad = None
-    return bwd
-
-
 def _case(layers: int, split: bool, kind: int | str | None):
     """(forward, backward) of the probe decoder of ``layers`` layers, bare (``kind`` None;
     in bf16 under ``BF16``) or wrapped by a DeepSpeed engine (``config(kind)``). ZeRO-3's engine replaces
@@ -110,14 +101,12 @@ def _case(layers: int, split: bool, kind: int | str | None):
     tokens, targets = synthetic_batch(spec, 1)
     if kind is None:
         model = model.to(torch.bfloat16 if BF16 else torch.float32)
-        params = list(model.parameters())
-        return (lambda: model(tokens, targets)), _grads_dropped(params, lambda x: x.backward())
+        return (lambda: model(tokens, targets)), loss_backward(model)
     import deepspeed
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     own = F.linear
     eng, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config(kind, spec.hidden))
     linear, F.linear = F.linear, own
-    params = list(eng.module.parameters())
 
     def fwd():
         F.linear = linear
@@ -125,7 +114,7 @@ def _case(layers: int, split: bool, kind: int | str | None):
             return eng(tokens, targets)
         finally:
             F.linear = own
-    return fwd, _grads_dropped(params, eng.backward)
+    return fwd, loss_backward(eng.module, eng.backward)
 
 
 def cases(kinds=KINDS) -> dict:
@@ -164,6 +153,14 @@ def edge_tensors() -> int:
     return param_tensors(embedding_ops(spec, sh) + head_ops(spec, sh))
 
 
+def _extras(t: dict, kind: int | str, pas: int) -> tuple[dict, dict]:
+    """The case ``kind``'s microseconds over the bare model in pass ``pas``, by (block
+    shape, layers), and per layer (the difference between the two sizes) by block shape."""
+    lo, hi = HOST_LAYERS
+    ex = {(s, n): t[(kind, s, n)][pas] - t[("bare", s, n)][pas] for s in BLOCKS for n in (lo, hi)}
+    return ex, {s: (ex[(s, hi)] - ex[(s, lo)]) / (hi - lo) for s in BLOCKS}
+
+
 def split_costs(t: dict, stage: int | str, pas: int) -> dict[str, float]:
     """Microseconds of ``stage``'s extra over the bare model in pass ``pas`` (0 forward, 1
     backward), from timings ``t`` keyed as ``cases``: per layer for each block shape
@@ -173,9 +170,8 @@ def split_costs(t: dict, stage: int | str, pas: int) -> dict[str, float]:
     under ZeRO-3); ``rest``: the 1-layer model's extra beyond its tensors' (its layer's and
     the ``edge_tensors`` outside the layers) at the pooled rate, averaged over the two
     shapes: the engine's per-micro-batch constant."""
-    lo, hi = HOST_LAYERS
-    ex = {(s, n): t[(stage, s, n)][pas] - t[("bare", s, n)][pas] for s in BLOCKS for n in (lo, hi)}
-    per = {s: (ex[(s, hi)] - ex[(s, lo)]) / (hi - lo) for s in BLOCKS}
+    lo, _ = HOST_LAYERS
+    ex, per = _extras(t, stage, pas)
     k = {s: tensors_per_layer(s) for s in BLOCKS}
     slope = (per[True] - per[False]) / (k[True] - k[False])
     tensor = sum(per.values()) / sum(k.values())
@@ -191,14 +187,13 @@ def linear_wrapper_costs(t: dict, pas: int) -> dict[str, float]:
     tensors' hooks (``split_costs`` of ``STAGE3_PLAIN_LINEAR``) and its layer's Linear
     calls (``rest``: the engine's per-micro-batch constant, the logits' call in it),
     averaged over the two shapes."""
-    lo, hi = HOST_LAYERS
+    lo, _ = HOST_LAYERS
     plain = split_costs(t, STAGE3_PLAIN_LINEAR, pas)["tensor"]
-    ex = {(s, n): t[(3, s, n)][pas] - t[("bare", s, n)][pas] for s in BLOCKS for n in (lo, hi)}
+    ex, per = _extras(t, 3, pas)
     call = t[("linear", "zero3")][pas] - t[("linear", "torch")][pas]
     rest = sum(ex[(s, lo)] - (lo * tensors_per_layer(s) + edge_tensors()) * plain
                - lo * linears_per_layer(s) * call for s in BLOCKS) / len(BLOCKS)
-    return {"layer6": (ex[(False, hi)] - ex[(False, lo)]) / (hi - lo),
-            "layer9": (ex[(True, hi)] - ex[(True, lo)]) / (hi - lo), "call": call, "rest": rest}
+    return {"layer6": per[False], "layer9": per[True], "call": call, "rest": rest}
 
 
 def linear_cases() -> dict:

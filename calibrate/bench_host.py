@@ -103,11 +103,12 @@ def time_interleaved(cases, trials: int = TRIALS, repeats: int = REPEATS
     return {k: (stats_of(tf[k], p), stats_of(tb[k], p), min(tf[k]), min(tb[k])) for k in cases}
 
 
-def loss_backward(model):
-    """A timing case's backward: the loss's backward, then every gradient of ``model``
-    dropped (``set_to_none``) so the next call starts as the first did."""
+def loss_backward(model, backward=None):
+    """A timing case's backward: the loss's backward (``backward(loss)`` where a wrapper
+    runs it, e.g. a DeepSpeed engine's), then every gradient of ``model`` dropped
+    (``set_to_none``) so the next call starts as the first did."""
     def bwd(loss):
-        loss.backward()
+        loss.backward() if backward is None else backward(loss)
         for p in model.parameters():
             p.grad = None
     return bwd
