@@ -27,6 +27,7 @@ from ..frameworks import HOST
 from ..frameworks.host import HostMode
 from ..hardware.profile import Profile
 from ..workload.ops import Op, OpKind
+from ..workload.spec import MLP, Norm, TransformerSpec
 
 
 @dataclass(frozen=True)
@@ -96,32 +97,81 @@ def mechanism_host(eager_ops: float, prof: Profile) -> HostCost:
     return HostCost(eager_ops * prof.host.op_fwd_us.value * 1e-6, eager_ops)
 
 
+@dataclass(frozen=True)
+class ParamLayout:
+    """How the model code holds a layer's parameters where the op graph does not say: one
+    Linear module each for q, k and v (``split_qkv``) and for a SwiGLU's gate and up
+    (``split_gate_up``: transformers' and torchtitan's Llama) where the op graph fuses them
+    into one GEMM, a bias beside every Linear weight (``linear_bias``; ``qkv_bias``: only
+    the q, k, v projections') and beside every norm weight (``norm_bias``: LayerNorm). The
+    default is the op graph's own count: fused projections, weights only."""
+
+    split_qkv: bool = False
+    split_gate_up: bool = False
+    linear_bias: bool = False
+    qkv_bias: bool = False
+    norm_bias: bool = False
+
+    @classmethod
+    def of(cls, spec: TransformerSpec, code: str) -> "ParamLayout":
+        """The layout of ``spec`` under the framework's model code ``code``
+        (``frameworks.json`` memory ``param_layout``): "fused" keeps the op graph's fused
+        projections, "split" splits them, "hf" as the spec's own code does
+        (``TransformerSpec.split_qkv`` / ``split_gate_up``). Assumed where the spec does not
+        say: transformers' Llama layout (q, k, v and gate, up split), and a LayerNorm
+        carries a bias when the Linears do (GPT-2, BLOOM, Megatron's GPT; MPT's ``no_bias``
+        drops both; Falcon's bias-free Linears beside biased LayerNorms are undercounted)."""
+        own = code == "split" or (code == "hf" and spec.split_qkv is not False)
+        gate = code == "split" or (code == "hf" and spec.split_gate_up is not False)
+        return cls(split_qkv=own and spec.mla is None,
+                   split_gate_up=gate and spec.mlp == MLP.SWIGLU,
+                   linear_bias=spec.linear_bias, qkv_bias=spec.qkv_bias,
+                   norm_bias=spec.norm == Norm.LAYERNORM and spec.linear_bias)
+
+    def linears(self, op: Op) -> int:
+        """Linear modules one weight GEMM of the op graph stands for (per group)."""
+        if op.name == "qkv" and self.split_qkv:
+            return 3
+        if op.name.endswith("fc1") and self.split_gate_up:
+            return 2
+        return 1
+
+    def biases(self, op: Op) -> int:
+        if op.name in PLAIN_LINEARS:          # router and output layer: no bias
+            return 0
+        return self.linears(op) if self.linear_bias or (self.qkv_bias and op.name == "qkv") \
+            else 0
+
+
 WEIGHTLESS_GEMMS = ("qk", "av")          # attention score GEMMs (materialized attention)
+# GEMMs frameworks run outside their layer modules: Megatron-Core's MoE router (a plain
+# linear, workload.ops.moe_ops) and output layer (tensor_parallel.ColumnParallelLinear)
+PLAIN_LINEARS = ("router", "logits")
+NORMS_PER_OP = {"qk_norm": 2}            # one op for the query and the key norm
 
 
-def param_tensors(ops: list[Op]) -> int:
-    """Parameter tensors the forward ops ``ops`` use: one weight per GEMM (per group of a
-    grouped GEMM), one per norm and per embedding table. Biases are not in the op graph
-    and are not counted."""
+def param_tensors(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
+    """Parameter tensors the forward ops ``ops`` use: per weight GEMM (per group of a
+    grouped GEMM) its Linear modules' weights and biases (``layout``), per norm its weight
+    (and bias), one per embedding table."""
     n = 0
     for o in ops:
         if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS:
-            n += o.batch
-        elif o.kind == OpKind.MEMORY and (o.mem_kind == "norm" or o.name == "embedding"):
+            n += o.batch * (layout.linears(o) + layout.biases(o))
+        elif o.kind == OpKind.MEMORY and o.mem_kind == "norm":
+            n += NORMS_PER_OP.get(o.name, 1) * (2 if layout.norm_bias else 1)
+        elif o.kind == OpKind.MEMORY and o.name == "embedding":
             n += 1
     return n
 
 
-# GEMMs frameworks run outside their layer modules: Megatron-Core's MoE router (a plain
-# linear, workload.ops.moe_ops) and output layer (tensor_parallel.ColumnParallelLinear)
-PLAIN_LINEARS = ("router", "logits")
-
-
-def linear_calls(ops: list[Op]) -> int:
-    """Layer-module Linear calls the forward ops ``ops`` stand for: one per GEMM with
-    weights (a grouped GEMM of experts is one call), none for the attention score GEMMs or
-    the plain linears outside the layer modules (``PLAIN_LINEARS``)."""
-    return sum(1 for o in ops if o.kind == OpKind.GEMM and o.has_weights
+def linear_calls(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
+    """Layer-module Linear calls the forward ops ``ops`` stand for: per GEMM with weights
+    its Linear modules (``layout``; a grouped GEMM of experts is one call), none for the
+    attention score GEMMs or the plain linears outside the layer modules
+    (``PLAIN_LINEARS``)."""
+    return sum(1 if o.grouped else layout.linears(o) for o in ops
+               if o.kind == OpKind.GEMM and o.has_weights
                and o.name not in WEIGHTLESS_GEMMS + PLAIN_LINEARS)
 
 

@@ -21,6 +21,7 @@ from ..cost.host import (
     fsdp_lane_ops,
     host_mode,
     layer_host,
+    ParamLayout,
     linear_calls,
     mechanisms_host,
     model_host,
@@ -327,6 +328,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
     tensors = calls = 0
+    layout = ParamLayout.of(model, plan.memory.param_layout)
     for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
         run = list(run)
         lf, cf, cb, cw = cache.get(run[0])
@@ -334,8 +336,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         bwd.add_each(cb, len(run))
         wgrad.add_each(cw, len(run))
         all_fwd = lf
-        tensors += len(run) * param_tensors(lf)
-        calls += len(run) * linear_calls(lf)
+        tensors += len(run) * param_tensors(lf, layout)
+        calls += len(run) * linear_calls(lf, layout)
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(extra, prof, False, plan.host_mode)))
@@ -345,8 +347,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         ew = weight_grad_ops(eb)
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
-        tensors += param_tensors(extra)
-        calls += linear_calls(extra)
+        tensors += param_tensors(extra, layout)
+        calls += linear_calls(extra, layout)
     _add_per_param_work(fwd, (bwd, wgrad), params,
                         (len(layers), tensors, calls, _fsdp_edge_units(plan, first, last)), plan,
                         cluster, prof, groups)

@@ -116,6 +116,8 @@ BUCKETS = ("views", "copies", "ipg")
 PRECISIONS = ("bf16", "fp16", "fp8")
 
 
+PARAM_LAYOUTS = ("fused", "split", "hf")
+
 @dataclass(frozen=True)
 class FrameworkMemory:
     """What a framework keeps in GPU memory (``frameworks.json`` "memory"; field meanings in
@@ -153,6 +155,11 @@ class FrameworkMemory:
     # what Recompute.SELECTIVE re-runs: "attention" (Megatron's core attention) or "op"
     # (torchtitan's op-level SAC: simulator.workload.sac)
     selective_recompute: str = "attention"
+    # the model code's Linear modules, which per-tensor and per-Linear-call host costs count
+    # (``cost.host.ParamLayout``): "fused" (the op graph's: Megatron's fused qkv and gate/up
+    # modules), "split" (its own Llama code: one Linear per projection), "hf" (the model's
+    # own transformers code, as ``TransformerSpec.split_qkv`` / ``split_gate_up`` say)
+    param_layout: str = "fused"
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),
@@ -163,6 +170,7 @@ class FrameworkMemory:
                   ("loss", self.loss in LOSSES), ("dp_buckets", self.dp_buckets in BUCKETS),
                   ("extra_16bit_grads", set(self.extra_16bit_grads) <= set(PRECISIONS)),
                   ("selective_recompute", self.selective_recompute in ("attention", "op")),
+                  ("param_layout", self.param_layout in PARAM_LAYOUTS),
                   ("eager_code", not self.eager_code
                    or any(k.startswith(f"{self.eager_code}:") for k in EAGER)))
         bad = [k for k, ok in checks if not ok]

@@ -68,6 +68,7 @@ class MemoryConventions:
     eager_elementwise: bool = False          # norms, RoPE, SwiGLU as eager model code
     eager_code: str = ""                     # whose eager code ("" transformers; frameworks.EAGER)
     selective_recompute: str = "attention"   # Recompute.SELECTIVE: "attention" or "op" (SAC)
+    param_layout: str = "fused"              # the model code's Linears (cost.host.ParamLayout)
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -126,4 +127,5 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         fsdp_reduce_fp32=fw.fsdp_reduce_fp32, fsdp_pp_once_per_step=fw.fsdp_pp_once_per_step,
         moe_weighted_activation=fw.moe_weighted_activation,
         eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code,
-        selective_recompute=fw.selective_recompute, framework=fw.name)
+        selective_recompute=fw.selective_recompute, param_layout=fw.param_layout,
+        framework=fw.name)

@@ -212,13 +212,16 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], seq_len: int | 
     tied = raw.get("tie_word_embeddings", cfg.get("tie_word_embeddings", mt in _TIED_BY_DEFAULT))
     window, global_every = fam.local_attention(cfg, mt, n_layers)
     extra = fam.family_fields(cfg, mt, head_dim or hidden // heads, hidden)
+    mlp = _mlp_kind(cfg, mt)
+    if mlp != MLP.SWIGLU:
+        extra["split_gate_up"] = None                # no gate: nothing to split
     if "text_config" in raw and raw.get("vision_config"):
         attn_note = "language model only (vision tower not modelled)"
     notes = "; ".join(n for n in (seq_note, attn_note) if n)
     return TransformerSpec(
         name=name or _default_name(raw, origin, mt), n_layers=n_layers, hidden=hidden,
         ffn_hidden=ffn, n_heads=heads, n_kv_heads=kv_heads, vocab=_int(cfg, "vocab"),
-        seq_len=seq_len, mlp=_mlp_kind(cfg, mt), tied_embeddings=bool(tied),
+        seq_len=seq_len, mlp=mlp, tied_embeddings=bool(tied),
         head_dim=head_dim, moe=_moe(cfg, mt, ffn, n_layers),
         mla=fam.mla_spec(cfg) if mt in fam.DEEPSEEK else None,
         window=window, global_every=global_every, **extra,

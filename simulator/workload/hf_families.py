@@ -58,6 +58,12 @@ _LAYERNORM = ("gpt2", "gpt_neox", "falcon", "starcoder2", "nemotron", "mpt", "bl
               "gpt_bigcode", "opt", "gptj", "olmo", "cohere", "dbrx", "phi", "stablelm")
 _LEARNED = ("gpt2", "gpt_bigcode", "opt")
 _ALL_BIASED = ("gpt2", "gpt_neox", "bloom", "gpt_bigcode", "gptj", "phi")
+# transformers 5.24 modeling code with one Linear for q, k and v together (GPT2Attention
+# c_attn, BloomAttention / GPTNeoXAttention / FalconAttention query_key_value, MptAttention
+# Wqkv, GPTBigCodeAttention c_attn, Phi3Attention qkv_proj, DbrxAttention Wqkv) and for a
+# SwiGLU's gate and up together (Phi3MLP gate_up_proj); every other family has one each
+_FUSED_QKV = ("gpt2", "gpt_bigcode", "gpt_neox", "bloom", "falcon", "mpt", "phi3", "dbrx")
+_FUSED_GATE_UP = ("phi3",)
 # (key, default) of a config switch for every linear bias; MPT's ``no_bias`` is inverted
 _BIAS_SWITCH = {"falcon": ("bias", False), "starcoder2": ("use_bias", True),
                 "opt": ("enable_bias", True)}
@@ -274,6 +280,8 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         "qk_norm": qk > 0,
         "attn_logit_softcap": float(cfg.get("attn_logit_softcapping") or 0.0),
         "final_logit_softcap": float(cfg.get("final_logit_softcapping") or 0.0),
+        "split_qkv": mt not in _FUSED_QKV,
+        "split_gate_up": mt not in _FUSED_GATE_UP,     # gated MLPs only (hf.from_hf_config)
     }
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True

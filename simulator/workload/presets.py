@@ -22,7 +22,9 @@ from .spec import MLP, MLASpec, MoESpec, Norm, Position, TransformerSpec
 _GPT2_BPE = "vocab 50257 = GPT-2 BPE (Radford et al. 2019); Megatron-LM runs pad it to 51200"
 
 # Llama-family facts shared by the RoPE / RMSNorm / bias-free decoders below
-_LLAMA_STYLE = {"norm": Norm.RMSNORM, "position": Position.ROPE, "linear_bias": False}
+# transformers' code of these families: one Linear each for q, k, v and for gate, up
+_LLAMA_STYLE = {"norm": Norm.RMSNORM, "position": Position.ROPE, "linear_bias": False,
+                "split_qkv": True, "split_gate_up": True}
 
 
 def _dense_gpt() -> list[TransformerSpec]:
@@ -36,7 +38,7 @@ def _dense_gpt() -> list[TransformerSpec]:
         TransformerSpec(
             "bloom-176b", n_layers=70, hidden=14336, ffn_hidden=4 * 14336, n_heads=112,
             n_kv_heads=112, vocab=250880, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,
-            position=Position.ALIBI,
+            position=Position.ALIBI, split_qkv=False,
             source="bigscience/bloom config.json (n_layer 70, hidden_size 14336, n_head 112, "
                    "vocab_size 250880); Le Scao et al. 2022 (BLOOM) Table 3, seq 2048"),
         TransformerSpec(
@@ -185,6 +187,7 @@ def _small() -> list[TransformerSpec]:
         TransformerSpec("gpt2-124m", n_layers=12, hidden=768, ffn_hidden=3072, n_heads=12,
                         n_kv_heads=12, vocab=50257, seq_len=1024, mlp=MLP.GELU,
                         tied_embeddings=True,
+                        split_qkv=False,
                         source="openai-community/gpt2 config.json; Radford et al. 2019"),
     ]
 

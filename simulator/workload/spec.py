@@ -142,6 +142,10 @@ class TransformerSpec:
     ``extra_norm_params`` counts per-layer norm weights beyond the two hidden-size norms
     (Gemma's sandwich norms, Qwen3's QK-norm). ``norm``, ``position``, the biases and
     the soft caps change no FLOPs here; launch arguments and ``describe`` need them.
+    ``split_qkv`` / ``split_gate_up`` say whether the model's own (transformers) code holds
+    q, k and v / a gated MLP's gate and up as separate Linear modules (``None``: not known);
+    they change no FLOPs either, only the per-tensor host costs of frameworks that run that
+    code (``cost.host.ParamLayout``).
     """
 
     name: str
@@ -169,6 +173,10 @@ class TransformerSpec:
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
     mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3: 1)
+    # the model's own (transformers) code: one Linear each for q, k and v / for a SwiGLU's
+    # gate and up, where the op graph fuses them; None: not known (cost.host.ParamLayout)
+    split_qkv: bool | None = None
+    split_gate_up: bool | None = None
 
     def __post_init__(self) -> None:
         for f, hi in _SIZE_LIMITS:
@@ -190,6 +198,9 @@ class TransformerSpec:
                     object.__setattr__(self, f, enum(spellings.canonical(v, other)))
                 except ValueError:
                     raise InvalidInputError(f, v, valid) from None
+        for f in ("split_qkv", "split_gate_up"):
+            if getattr(self, f) not in (None, True, False):
+                raise InvalidInputError(f, getattr(self, f), "true, false or null")
         for f in ("window", "global_every", "extra_norm_params", "mtp_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -103,7 +103,9 @@ def _chunk_pair(mechanisms: tuple[str, ...], gpus: int = 2, **plan_kw):
 
 def test_ddp_copies_and_hooks_are_charged_per_backward():
     a, b = _chunk_pair(("ddp_param_hooks",))
-    tensors = 4 * 6 + 3
+    # per layer 4 Linear weights and biases and 2 LayerNorm weights and biases; the
+    # embedding, the final norm's weight and bias, the output layer
+    tensors = 4 * 12 + 4
     per = HOST.mechanisms["ddp_param_hooks"].param_tensor_bwd_eager_ops
     assert b.bwd.host_s - a.bwd.host_s == pytest.approx(tensors * per * 10e-6)
     assert b.fwd.host_s == pytest.approx(a.fwd.host_s)
@@ -261,11 +263,14 @@ def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
     # backward: the unsharded gradients accumulated every micro-batch (6 B on the first,
     # 10 B on the three others: 9 B/param on average, one kernel per tensor) and 1/4 of
     # the chunk-cat, which now reads fp32 (8 B/param)
-    from simulator.cost.host import param_tensors
+    from simulator.cost.host import ParamLayout, param_tensors
     from simulator.workload.ops import LayerShape, embedding_ops, layer_ops
-    sh = LayerShape(micro_batch=1, seq_len=MODEL.seq_len)
-    tensors = layers * param_tensors(layer_ops(MODEL, sh)) + param_tensors(
-        embedding_ops(MODEL, sh))                  # stage 0: the layers and the embedding
+    # torchtitan's own code: one Linear each for q, k, v (here with biases)
+    sh, lay = LayerShape(micro_batch=1, seq_len=MODEL.seq_len), ParamLayout.of(MODEL, "split")
+    assert pl.memory.param_layout == "split"
+    tensors = layers * param_tensors(layer_ops(MODEL, sh), lay) + param_tensors(
+        embedding_ops(MODEL, sh), lay)             # stage 0: the layers and the embedding
+    assert tensors == layers * 16 + 1
     c = device_copy_ops(("fsdp2_unit",), b.params, layers, tensors, accumulate_over=4)
     assert not c.first and [o.bytes_moved for o in c.rest] == pytest.approx(
         [9.0 * b.params, 8.0 * b.params / 4])
