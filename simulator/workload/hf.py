@@ -45,29 +45,11 @@ _ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
 _TIED_BY_DEFAULT = ("gpt2", "falcon", "starcoder2", "mpt", "bloom", "gpt_bigcode", "opt",
                     "cohere") + fam.GEMMA
 
-_KEYS = {
-    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model", "n_embed"),
-    "heads": ("num_attention_heads", "n_head", "n_heads"),
-    "vocab": ("vocab_size",),
-    "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),
-    "act": ("hidden_act", "activation_function", "hidden_activation"),
-    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
-    "top_k": ("num_experts_per_tok", "experts_per_token", "moe_topk"),
-}
-
-
-def _opt(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
-    """First non-null value among ``keys``; None when all are absent."""
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return None
 
 
 def _req(cfg: Mapping[str, Any], what: str) -> Any:
-    keys = _KEYS[what]
-    v = _opt(cfg, keys)
+    keys = fam.KEYS[what]
+    v = fam.opt(cfg, keys)
     if v is None:
         also = f" (also accepted: {', '.join(keys[1:])})" if len(keys) > 1 else ""
         raise InvalidInputError(
@@ -81,7 +63,7 @@ def _int(cfg: Mapping[str, Any], what: str) -> int:
     """A required positive integer field, with a typed error naming the key."""
     v = _req(cfg, what)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise InvalidInputError(f"config.{_KEYS[what][0]}", v, "a positive integer")
+        raise InvalidInputError(f"config.{fam.KEYS[what][0]}", v, "a positive integer")
     return v
 
 
@@ -140,12 +122,12 @@ def _default_seq_len(cfg: Mapping[str, Any], mt: str) -> tuple[int, str]:
 def _mlp_kind(cfg: Mapping[str, Any], mt: str) -> MLP:
     if mt in _GATED:
         return MLP.SWIGLU
-    act = str(_opt(cfg, _KEYS["act"]) or "gelu").lower()
+    act = str(fam.opt(cfg, fam.KEYS["act"]) or "gelu").lower()
     if act == "relu2":
         return MLP.RELU2
     if act.startswith("gelu") or act == "relu":
         return MLP.GELU
-    raise InvalidInputError(f"config.{_KEYS['act'][0]}", act, "gelu*, relu or relu2 "
+    raise InvalidInputError(f"config.{fam.KEYS['act'][0]}", act, "gelu*, relu or relu2 "
                             f"for model_type {mt!r}")
 
 
@@ -159,7 +141,7 @@ def _attention(cfg: Mapping[str, Any], mt: str, heads: int) -> tuple[int, int, s
         if cfg.get("new_decoder_architecture"):
             return int(cfg.get("num_kv_heads") or heads), hd, ""
         return (1 if cfg.get("multi_query", True) else heads), hd, ""
-    return int(_opt(cfg, ("num_key_value_heads",)) or heads), hd, ""
+    return int(fam.opt(cfg, ("num_key_value_heads",)) or heads), hd, ""
 
 
 def _shared_experts(cfg: Mapping[str, Any], expert_ffn: int) -> int:
@@ -173,7 +155,7 @@ def _shared_experts(cfg: Mapping[str, Any], expert_ffn: int) -> int:
 
 
 def _moe(cfg: Mapping[str, Any], mt: str, ffn: int, n_layers: int) -> MoESpec | None:
-    experts = _opt(cfg, _KEYS["experts"])
+    experts = fam.opt(cfg, fam.KEYS["experts"])
     if not experts:
         return None
     expert_ffn = int(cfg.get("moe_intermediate_size") or ffn)
@@ -200,7 +182,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], seq_len: int | 
     mt = _model_type(raw)
     cfg = fam.canonical(fam.text_config(raw), mt)
     n_layers, hidden, heads = _int(cfg, "layers"), _int(cfg, "hidden"), _int(cfg, "heads")
-    if _opt(cfg, _KEYS["ffn"]) is None and mt in ("gpt2", "falcon"):
+    if fam.opt(cfg, fam.KEYS["ffn"]) is None and mt in ("gpt2", "falcon"):
         ffn = 4 * hidden  # GPT2Config n_inner=None and FalconConfig ffn_hidden_size default
     else:
         ffn = _int(cfg, "ffn")

@@ -69,6 +69,27 @@ _BIAS_SWITCH = {"falcon": ("bias", False), "starcoder2": ("use_bias", True),
                 "opt": ("enable_bias", True)}
 
 
+# the common config keys ``hf`` reads, each with the other names families give it
+KEYS = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model", "n_embed"),
+    "heads": ("num_attention_heads", "n_head", "n_heads"),
+    "vocab": ("vocab_size",),
+    "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),
+    "act": ("hidden_act", "activation_function", "hidden_activation"),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok", "experts_per_token", "moe_topk"),
+}
+
+
+def opt(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    """First non-null value among ``keys``; None when all are absent."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
+
+
 def text_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Multimodal wrappers (``gemma3``) keep the language model under ``text_config``;
     its keys win, the wrapper's ``model_type`` and embedding tying are kept. The vision
@@ -194,9 +215,7 @@ def canonical(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     out = dict(cfg)
     if mt == "bloom" and cfg.get("n_embed") is not None:    # BloomConfig: n_embed overrides
         out["hidden_size"] = cfg["n_embed"]
-    h = next((out[k] for k in ("hidden_size", "n_embd", "d_model") if out.get(k) is not None),
-             None)
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads")
+    h, heads = opt(out, KEYS["hidden"]), opt(cfg, KEYS["heads"])
     four_h = 4 * h if isinstance(h, int) else None
     if mt == "mpt":
         ratio = cfg.get("expansion_ratio", 4)
