@@ -28,13 +28,11 @@ from __future__ import annotations
 from simulator.hardware.profile import Coefficient, GemmModel
 
 from .csvrows import cite
-from .fit import fit_gemm
 from .reference_data import DATASHEET
 from .reference_gemm import (
     GemmRefs,
-    _bw,
     _same,
-    _tf_point,
+    fit_level,
     hopper_launch,
     mamf,
     transferred,
@@ -63,9 +61,7 @@ GAUDI2_CLOCK_FLOOR = (1550.0, 1650.0)
 def _level(refs: GemmRefs, key: str, dtype: str, launch_us: float) -> Coefficient:
     row = mamf(refs.kern, _ROW_GPU[key], dtype, refs.extra)
     ds = DATASHEET[key]
-    fit = fit_gemm([_tf_point(row, 1 if dtype == "fp8" else 2)], ds.peak[dtype], ds.sm_count,
-                   _bw(key), tiles=(MME_TILE,), persistent=False,
-                   fixed={"k_half": 0.0, "launch_us": launch_us})
+    fit = fit_level([row], key, dtype, 0.0, launch_us, (MME_TILE,), False)
     return fit.coefficient("eff_max", "fraction", (
         f"solved from {cite([row])} ({row.data['gpu']} MAMF v2 {dtype} best shape "
         f"{row.data['value']} TF at {row.data['shape_MxNxK']}, {row.data['software']}; "

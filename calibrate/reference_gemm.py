@@ -142,14 +142,22 @@ def fit_a100_16bit(kern: Sequence[Row], more: Sequence[Row]) -> FamilyFit:
     return FamilyFit(fit, (*sweep, *best), what, False)
 
 
+def fit_level(rows: Sequence[Row], key: str, dtype: str, k_half: float, launch_us: float,
+              tiles: tuple, persistent: bool):
+    """The GEMM fit of ``key``'s ``dtype`` to best-shape ``rows`` with ``k_half`` and the
+    launch time held fixed, on the given tile set: what fixes ``eff_max``."""
+    ds = DATASHEET[key]
+    return fit_gemm([_tf_point(r, 1 if dtype == "fp8" else 2) for r in rows], ds.peak[dtype],
+                    ds.sm_count, _bw(key), tiles=tiles, persistent=persistent,
+                    fixed={"k_half": k_half, "launch_us": launch_us})
+
+
 def solve_level(rows: Sequence[Row], key: str, dtype: str, k_half: float, launch_us: float,
                 what: str) -> Coefficient:
     """``eff_max`` from best-shape rows with the family's shape terms held fixed."""
     ds = DATASHEET[key]
-    elem = 1 if dtype == "fp8" else 2
-    fit = fit_gemm([_tf_point(r, elem) for r in rows], ds.peak[dtype], ds.sm_count, _bw(key),
-                   tiles=CUBLAS_TILES, persistent=key in PERSISTENT_KERNEL_GPUS,
-                   fixed={"k_half": k_half, "launch_us": launch_us})
+    fit = fit_level(rows, key, dtype, k_half, launch_us, CUBLAS_TILES,
+                    key in PERSISTENT_KERNEL_GPUS)
     shapes = "; ".join(f"{r.data['gpu']} {r.data['value']} TF at {r.data['shape_MxNxK']}"
                        for r in rows)
     return fit.coefficient("eff_max", "fraction", (
