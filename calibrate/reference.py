@@ -301,7 +301,13 @@ def summary_lines(built: Mapping[str, tuple[Profile, dict]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    out = Path(argv[0]) if argv else PROFILE_DIR
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m calibrate.reference",
+                                 description="Rebuild the shipped reference profiles from "
+                                 "the datasheets and published measurements.")
+    ap.add_argument("out_dir", nargs="?", type=Path, default=PROFILE_DIR,
+                    help=f"folder to write <gpu>.json into (default: {PROFILE_DIR})")
+    out = ap.parse_args(argv).out_dir
     built = build_all(out)
     print("\n".join(summary_lines(built)))
     print(f"wrote {len(built)} profiles to {out}")
