@@ -184,6 +184,18 @@ def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> 
     return out
 
 
+def _early_stopped(fwd: list[Op]) -> list[Op]:
+    """The part of a layer's forward torch's non-reentrant checkpoint re-runs (early stop:
+    it ends once the last tensor the forward saved is saved again): the ops up to the last
+    one that saves a tensor, that one too unless it is a GEMM, whose inputs autograd saves
+    before its kernel runs. A block ending in its down projection and residual add re-runs
+    neither; one whose dropout mask follows them re-runs all of it."""
+    last = max((i for i, op in enumerate(fwd) if op.saved_bytes > 0), default=-1)
+    if last >= 0 and fwd[last].kind == OpKind.GEMM:
+        return fwd[:last]
+    return fwd[:last + 1]
+
+
 def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = None,
                    sh: LayerShape | None = None) -> list[Op]:
     """Forward ops re-run in backward (``_as_rerun``)."""
@@ -192,7 +204,7 @@ def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = No
             raise ValueError("op-level SAC needs the model and layer shape to pick its ops")
         return sac_recompute_ops(fwd, model, sh)
     if plan.recompute == Recompute.FULL:
-        chosen = fwd
+        chosen = _early_stopped(fwd) if plan.memory.recompute_early_stop else fwd
     elif plan.recompute == Recompute.SELECTIVE:
         chosen = [op for op in fwd if op.recomputed]
     else:

@@ -160,6 +160,9 @@ class FrameworkMemory:
     # modules), "split" (its own Llama code: one Linear per projection), "hf" (the model's
     # own transformers code, as ``TransformerSpec.split_qkv`` / ``split_gate_up`` say)
     param_layout: str = "fused"
+    # full recompute through torch's non-reentrant checkpoint, whose early stop re-runs a
+    # layer's forward only up to its last saved tensor (engine.stage_work._early_stopped)
+    recompute_early_stop: bool = False
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),

@@ -69,6 +69,7 @@ class MemoryConventions:
     eager_code: str = ""                     # whose eager code ("" transformers; frameworks.EAGER)
     selective_recompute: str = "attention"   # Recompute.SELECTIVE: "attention" or "op" (SAC)
     param_layout: str = "fused"              # the model code's Linears (cost.host.ParamLayout)
+    recompute_early_stop: bool = False       # full recompute by torch's non-reentrant checkpoint
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -128,4 +129,4 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         moe_weighted_activation=fw.moe_weighted_activation,
         eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code,
         selective_recompute=fw.selective_recompute, param_layout=fw.param_layout,
-        framework=fw.name)
+        recompute_early_stop=fw.recompute_early_stop, framework=fw.name)
