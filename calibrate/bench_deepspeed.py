@@ -27,6 +27,16 @@ module hooks are timed with ``memory_efficient_linear`` off; the memory-efficien
 that replaces ``F.linear`` by default is timed alone, per call, against torch's, and the
 default engine's whole layer is stored as a check. DeepSpeed is not a dependency of this
 project: ``pip install deepspeed``; without it the bench is skipped with a message.
+
+ZeRO-3 under full recompute (``STAGE3_RECOMPUTE``, ``python -m calibrate.bench_framework
+--only deepspeed_zero3_recompute``): the same ZeRO-3 engine (memory_efficient_linear off)
+with every layer checkpointed as transformers 5.x's ``gradient_checkpointing_enable()`` does
+(``checkpoint_layers``), against the bare model under the same checkpointing, and against
+ZeRO-3 without recompute timed alongside: when backward unpacks a layer's first saved
+tensor, torch re-runs the layer's ``forward`` inside the backward graph task, and the
+pre-forward (fetch) and post-forward (release) hooks of the layer's submodules fire again
+(zero/parameter_offload.py ``_pre_forward_module_hook``, ``_post_forward_module_hook``).
+``collectives_per_layer`` counts what the fake group is asked for meanwhile.
 """
 from __future__ import annotations
 
@@ -38,7 +48,9 @@ STAGES = (1, 2, 3)
 BLOCKS = (False, True)                  # build_model(split=...): 6 / 9 tensors per layer
 STAGE1_ACCUMULATING = "1acc"            # ZeRO-1 off the accumulation boundary
 STAGE3_PLAIN_LINEAR = "3plain"          # ZeRO-3 with memory_efficient_linear off
-KINDS = STAGES + (STAGE1_ACCUMULATING, STAGE3_PLAIN_LINEAR)
+STAGE3_RECOMPUTE = "3rc"                # the same, every layer checkpointed (full recompute)
+BARE_RECOMPUTE = "bare_rc"              # the bare model, every layer checkpointed
+KINDS = STAGES + (STAGE1_ACCUMULATING, STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE)
 BF16 = False                            # True: the engines in bf16, the bare model cast to it
 
 
@@ -59,16 +71,17 @@ def version() -> str:
 
 def config(kind: int | str, hidden: int) -> dict:
     """The DeepSpeed config of one case ``kind``: a ZeRO stage, ``STAGE1_ACCUMULATING``
-    (stage 1, 2 accumulation steps) or ``STAGE3_PLAIN_LINEAR`` (stage 3 without
-    ``memory_efficient_linear``); ``BF16``, no overlap, ZeRO-3 sizes as HF's "auto" at
+    (stage 1, 2 accumulation steps), ``STAGE3_PLAIN_LINEAR`` (stage 3 without
+    ``memory_efficient_linear``) or ``STAGE3_RECOMPUTE`` (the same config; the model's
+    layers checkpointed); ``BF16``, no overlap, ZeRO-3 sizes as HF's "auto" at
     ``hidden``."""
-    stage = {STAGE1_ACCUMULATING: 1, STAGE3_PLAIN_LINEAR: 3}.get(kind, kind)
+    stage = {STAGE1_ACCUMULATING: 1, STAGE3_PLAIN_LINEAR: 3, STAGE3_RECOMPUTE: 3}.get(kind, kind)
     zero: dict = {"stage": stage, "overlap_comm": False}
     if stage == 3:
         zero.update(reduce_bucket_size=hidden * hidden,
                     stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
                     stage3_param_persistence_threshold=10 * hidden,
-                    memory_efficient_linear=kind != STAGE3_PLAIN_LINEAR)
+                    memory_efficient_linear=kind not in (STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE))
     return {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": BF16},
             "gradient_accumulation_steps": 2 if kind == STAGE1_ACCUMULATING else 1,
             "zero_optimization": zero, "zero_allow_untested_optimizer": True,
@@ -85,27 +98,52 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", category=UserWarning)
 
 
-def _case(layers: int, split: bool, kind: int | str | None):
-    """(forward, backward) of the probe decoder of ``layers`` layers, bare (``kind`` None;
-    in bf16 under ``BF16``) or wrapped by a DeepSpeed engine (``config(kind)``). ZeRO-3's engine replaces
-    ``torch.nn.functional.linear`` process-wide with its memory-efficient autograd Function
-    (``memory_efficient_linear``, on by default; zero/partition_parameters.py
-    _enable_mem_efficient_linear): put back here, and swapped in around this engine's
-    forward only, so that the bare models and the probe keep torch's."""
+def checkpoint_layers(model) -> None:
+    """Full recompute of every layer of ``model`` as transformers 5.x applies it
+    (``gradient_checkpointing_enable()``: modeling_layers.GradientCheckpointingLayer): the
+    layer's ``forward``, not its ``__call__`` (so the layer module's own hooks stay outside),
+    runs under torch's non-reentrant ``checkpoint`` (its default early stop on) in training
+    with gradients on, and backward re-runs it."""
+    from functools import partial
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    for blk in model.blocks:
+        def forward(x, blk=blk, fwd=type(blk).forward):
+            if blk.training and torch.is_grad_enabled():
+                return checkpoint(partial(fwd, blk), x, use_reentrant=False)
+            return fwd(blk, x)
+        blk.forward = forward
+
+
+def _case(layers: int, split: bool, kind: int | str | None, zero: dict | None = None):
+    """(forward, backward) of the probe decoder of ``layers`` layers, bare (``kind`` None or
+    ``BARE_RECOMPUTE``; in bf16 under ``BF16``) or wrapped by a DeepSpeed engine
+    (``config(kind)``, its ``zero_optimization`` updated by ``zero``); its layers
+    checkpointed (``checkpoint_layers``) for ``BARE_RECOMPUTE`` and ``STAGE3_RECOMPUTE``.
+    ZeRO-3's engine replaces ``torch.nn.functional.linear`` process-wide with its
+    memory-efficient autograd Function (``memory_efficient_linear``, on by default;
+    zero/partition_parameters.py _enable_mem_efficient_linear): put back here, and swapped
+    in around this engine's forward only, so that the bare models and the probe keep
+    torch's."""
     import torch
     import torch.nn.functional as F
 
     from .torch_model import build_model, synthetic_batch
     spec = probe_spec(layers)
     model = build_model(spec, split=split)
+    if kind in (BARE_RECOMPUTE, STAGE3_RECOMPUTE):
+        checkpoint_layers(model)
     tokens, targets = synthetic_batch(spec, 1)
-    if kind is None:
+    if kind in (None, BARE_RECOMPUTE):
         model = model.to(torch.bfloat16 if BF16 else torch.float32)
         return (lambda: model(tokens, targets)), loss_backward(model)
     import deepspeed
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     own = F.linear
-    eng, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config(kind, spec.hidden))
+    cfg = config(kind, spec.hidden)
+    cfg["zero_optimization"].update(zero or {})
+    eng, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
     linear, F.linear = F.linear, own
 
     def fwd():
@@ -117,21 +155,32 @@ def _case(layers: int, split: bool, kind: int | str | None):
     return fwd, loss_backward(eng.module, eng.backward)
 
 
-def cases(kinds=KINDS) -> dict:
-    """Timing cases for ``bench_host.time_interleaved``: (kind, split, layers) with kind
-    ``bare`` or one of ``kinds``, for both block shapes and ``HOST_LAYERS``. Needs the fake
-    process group up (``bench_framework._init_fake_pg``)."""
-    # what a launcher sets (rank 0 of the fake group); LOCAL_SIZE spares the CPU
-    # accelerator's device_count() a `numactl --hardware` subprocess per call (a GPU's is
-    # cached), 1 so that DeepSpeed's shared-memory allreduce does not wait for a peer
+def _launcher_env() -> None:
+    """What a launcher sets (rank 0 of the fake group); LOCAL_SIZE spares the CPU
+    accelerator's device_count() a `numactl --hardware` subprocess per call (a GPU's is
+    cached), 1 so that DeepSpeed's shared-memory allreduce does not wait for a peer."""
     for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_SIZE", "1")):
         os.environ.setdefault(k, v)
     _quiet()
+
+
+def timed_kinds(kinds=KINDS) -> tuple:
+    """The case kinds ``kinds`` need timed: ``STAGE3_RECOMPUTE`` also needs the bare model
+    under the same checkpointing and ZeRO-3 without recompute."""
+    extra = (STAGE3_PLAIN_LINEAR, BARE_RECOMPUTE) if STAGE3_RECOMPUTE in kinds else ()
+    return tuple(kinds) + tuple(k for k in extra if k not in kinds)
+
+
+def cases(kinds=KINDS) -> dict:
+    """Timing cases for ``bench_host.time_interleaved``: (kind, split, layers) with kind
+    ``bare`` or one of ``timed_kinds(kinds)``, for both block shapes and ``HOST_LAYERS``.
+    Needs the fake process group up (``bench_framework._init_fake_pg``)."""
+    _launcher_env()
     out = {}
     for split in BLOCKS:
         for n in HOST_LAYERS:
             out[("bare", split, n)] = _case(n, split, None)
-            for kind in kinds:
+            for kind in timed_kinds(kinds):
                 out[(kind, split, n)] = _case(n, split, kind)
     return out
 
@@ -153,15 +202,16 @@ def edge_tensors() -> int:
     return param_tensors(embedding_ops(spec, sh) + head_ops(spec, sh))
 
 
-def _extras(t: dict, kind: int | str, pas: int) -> tuple[dict, dict]:
-    """The case ``kind``'s microseconds over the bare model in pass ``pas``, by (block
-    shape, layers), and per layer (the difference between the two sizes) by block shape."""
+def _extras(t: dict, kind: int | str, pas: int, bare: str = "bare") -> tuple[dict, dict]:
+    """The case ``kind``'s microseconds over the bare model (cases ``bare``) in pass
+    ``pas``, by (block shape, layers), and per layer (the difference between the two sizes)
+    by block shape."""
     lo, hi = HOST_LAYERS
-    ex = {(s, n): t[(kind, s, n)][pas] - t[("bare", s, n)][pas] for s in BLOCKS for n in (lo, hi)}
+    ex = {(s, n): t[(kind, s, n)][pas] - t[(bare, s, n)][pas] for s in BLOCKS for n in (lo, hi)}
     return ex, {s: (ex[(s, hi)] - ex[(s, lo)]) / (hi - lo) for s in BLOCKS}
 
 
-def split_costs(t: dict, stage: int | str, pas: int) -> dict[str, float]:
+def split_costs(t: dict, stage: int | str, pas: int, bare: str = "bare") -> dict[str, float]:
     """Microseconds of ``stage``'s extra over the bare model in pass ``pas`` (0 forward, 1
     backward), from timings ``t`` keyed as ``cases``: per layer for each block shape
     (``layer6``, ``layer9``); per parameter tensor pooled over both shapes (``tensor``: the
@@ -169,9 +219,9 @@ def split_costs(t: dict, stage: int | str, pas: int) -> dict[str, float]:
     intercept (``layer``: a layer's hooks beside its tensors', the paramless block module's
     under ZeRO-3); ``rest``: the 1-layer model's extra beyond its tensors' (its layer's and
     the ``edge_tensors`` outside the layers) at the pooled rate, averaged over the two
-    shapes: the engine's per-micro-batch constant."""
+    shapes: the engine's per-micro-batch constant. ``bare``: the bare cases' kind."""
     lo, _ = HOST_LAYERS
-    ex, per = _extras(t, stage, pas)
+    ex, per = _extras(t, stage, pas, bare)
     k = {s: tensors_per_layer(s) for s in BLOCKS}
     slope = (per[True] - per[False]) / (k[True] - k[False])
     tensor = sum(per.values()) / sum(k.values())
@@ -224,11 +274,32 @@ def linears_per_layer(split: bool) -> int:
     return 7 if split else 4
 
 
+OVER = ("layer6", "layer9", "tensor", "slope", "rest")
+
+
+def recompute_costs(t: dict, pas: int) -> dict[str, float]:
+    """ZeRO-3 (memory_efficient_linear off) with every layer checkpointed, in pass ``pas``,
+    microseconds: its extra over the bare model under the same checkpointing
+    (``split_costs`` against ``BARE_RECOMPUTE``) and, ``over_*``, the part of it beyond
+    ZeRO-3's extra without recompute (``STAGE3_PLAIN_LINEAR``'s): what recompute adds to
+    the engine's hooks, per layer of 6 / 9 tensors, per tensor of a recomputed layer
+    (pooled), the slope and the per-micro-batch rest (the 1-layer model's beyond its
+    layer's tensors: the ``edge_tensors`` are not recomputed)."""
+    rc = split_costs(t, STAGE3_RECOMPUTE, pas, BARE_RECOMPUTE)
+    plain = split_costs(t, STAGE3_PLAIN_LINEAR, pas)
+    over = {f"over_{k}": rc[k] - plain[k] for k in OVER}
+    over["over_rest"] += edge_tensors() * over["over_tensor"]
+    return {**rc, **over}
+
+
+RECOMPUTE_MECHANISM = "deepspeed_zero3_recompute"
 MECHANISMS = {1: "deepspeed_zero1_grad_hooks", STAGE1_ACCUMULATING: "deepspeed_zero1_grad_hooks",
               2: "deepspeed_zero2_grad_hooks", 3: "deepspeed_zero3_hooks",
-              STAGE3_PLAIN_LINEAR: "deepspeed_zero3_hooks"}
+              STAGE3_PLAIN_LINEAR: "deepspeed_zero3_hooks", STAGE3_RECOMPUTE: RECOMPUTE_MECHANISM}
 TAGS = {STAGE1_ACCUMULATING: "ZeRO-1 off the accumulation boundary",
-        STAGE3_PLAIN_LINEAR: "ZeRO-3 without memory_efficient_linear"}
+        STAGE3_PLAIN_LINEAR: "ZeRO-3 without memory_efficient_linear",
+        STAGE3_RECOMPUTE: "ZeRO-3 under full recompute without memory_efficient_linear"}
+BEYOND = "beyond ZeRO-3 without recompute"
 
 
 def _kind_rows(t: dict, kind: int | str, pas: str, i: int) -> list[tuple[str, float]]:
@@ -240,7 +311,19 @@ def _kind_rows(t: dict, kind: int | str, pas: str, i: int) -> list[tuple[str, fl
                 (f"per layer of 9 tensors, {pas}", c["layer9"]),
                 (f"memory-efficient linear, per Linear call, {pas}", c["call"]),
                 (f"per micro-batch, rest, {pas}", c["rest"])]
-    c = split_costs(t, kind, i)
+    if kind == STAGE3_RECOMPUTE:
+        c = recompute_costs(t, i)
+        return _split_rows(c, pas) + [
+            (f"per layer of 6 tensors, {BEYOND}, {pas}", c["over_layer6"]),
+            (f"per layer of 9 tensors, {BEYOND}, {pas}", c["over_layer9"]),
+            (f"per parameter tensor of a recomputed layer, {BEYOND}, {pas}", c["over_tensor"]),
+            (f"per parameter tensor, 6 vs 9 slope, {BEYOND}, {pas}", c["over_slope"]),
+            (f"per micro-batch, rest, {BEYOND}, {pas}", c["over_rest"])]
+    return _split_rows(split_costs(t, kind, i), pas)
+
+
+def _split_rows(c: dict, pas: str) -> list[tuple[str, float]]:
+    """(metric, us) rows of one ``split_costs`` result in pass ``pas``."""
     return [(f"per layer of 6 tensors, {pas}", c["layer6"]),
             (f"per layer of 9 tensors, {pas}", c["layer9"]),
             (f"per parameter tensor, {pas}", c["tensor"]),
@@ -260,9 +343,89 @@ def metric_rows(t: dict, kinds=KINDS) -> list[tuple[str, str, float]]:
     return rows
 
 
-def method(op: dict[str, float], pressure: float) -> str:
-    """The CSV rows' method text, with the probe's backward cost and the CPU pressure."""
+COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_gather",
+               "all_gather_coalesced", "all_gather_base", "reduce_scatter", "broadcast",
+               "all_to_all_single")
+NO_PREFETCH_NO_REUSE = {"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}
+
+
+def collective_counts(layers: int, split: bool, kind: int | str, zero: dict | None = None,
+                      steps: int = 6) -> dict[tuple[str, str], tuple[int, int]]:
+    """What DeepSpeed's communication backend (``deepspeed.comm.comm.cdb``, over the fake
+    group, where nothing moves) is asked for in the last of ``steps`` micro-batches of the
+    case ``kind`` (``_case``; the coordinator's trace is complete from the third):
+    {(pass, collective): (calls, bytes of each call's largest tensor: the whole gathered
+    or reduced tensor)}."""
+    import torch
+    from deepspeed.comm import comm
+    fwd, bwd = _case(layers, split, kind, zero)
+    cdb, seen, phase = comm.cdb, {}, [""]
+
+    def counting(name, fn):
+        def call(*a, **k):
+            size = max((x.numel() * x.element_size() for x in (*a, *k.values())
+                        if torch.is_tensor(x)), default=0)
+            n, b = seen.get((phase[0], name), (0, 0))
+            seen[(phase[0], name)] = (n + 1, b + size)
+            return fn(*a, **k)
+        return call
+    own = {n: cdb.__dict__.get(n) for n in COLLECTIVES if hasattr(cdb, n)}
+    for n in own:
+        setattr(cdb, n, counting(n, getattr(cdb, n)))
+    try:
+        for _ in range(steps):
+            seen.clear()
+            phase[0] = "fwd"
+            out = fwd()
+            phase[0] = "bwd"
+            bwd(out)
+    finally:
+        for n, f in own.items():
+            setattr(cdb, n, f) if f is not None else delattr(cdb, n)
+    return dict(seen)
+
+
+def collectives_per_layer(split: bool, kind: int | str, zero: dict | None = None
+                          ) -> dict[tuple[str, str], tuple[float, float]]:
+    """``collective_counts`` per layer: the difference between the ``HOST_LAYERS`` models
+    over the layers between them."""
     lo, hi = HOST_LAYERS
+    a, b = (collective_counts(n, split, kind, zero) for n in (lo, hi))
+    return {k: tuple((y - x) / (hi - lo) for x, y in zip(a.get(k, (0, 0)), b.get(k, (0, 0))))
+            for k in set(a) | set(b)}
+
+
+def recompute_collectives() -> str:
+    """All-gathers and reduce-scatters per layer in backward, without and with recompute,
+    at the timed settings and with ``NO_PREFETCH_NO_REUSE``, as text for the rows."""
+    _launcher_env()
+    parts = []
+    for how, zero in (("as timed", None), ("with stage3_prefetch_bucket_size 0 and "
+                                           "stage3_max_reuse_distance 0", NO_PREFETCH_NO_REUSE)):
+        for op in ("all_gather_into_tensor", "reduce_scatter_tensor"):
+            cells = []
+            for kind in (STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE):
+                c = [collectives_per_layer(s, kind, zero).get(("bwd", op), (0, 0)) for s in BLOCKS]
+                cells.append(" / ".join(f"{n:g} ({b / 1024:g} KiB)" for n, b in c))
+            parts.append(f"{op} {how}: {cells[0]} without recompute, {cells[1]} with")
+    return ("per layer of 6 / 9 tensors in backward, calls (bytes) to deepspeed.comm: "
+            + "; ".join(parts))
+
+
+def method(op: dict[str, float], pressure: float, mechanism: str = "", note: str = "") -> str:
+    """The CSV rows' method text, with the probe's backward cost and the CPU pressure
+    (``mechanism`` ``RECOMPUTE_MECHANISM``: its own, with ``note``)."""
+    lo, hi = HOST_LAYERS
+    if mechanism == RECOMPUTE_MECHANISM:
+        return (f"DeepSpeed {version()} ZeRO-3 engine (DS_ACCELERATOR=cpu, fake pg x2, "
+                f"{'bf16' if BF16 else 'fp32'}, overlap_comm off, gradient_accumulation_steps "
+                "1, buckets and persistence as HF auto at hidden 32, memory_efficient_linear "
+                "off), every layer's forward under torch.utils.checkpoint (use_reentrant=False,"
+                " torch's early stop: transformers 5.x gradient_checkpointing_enable()) - the "
+                f"bare model under the same checkpointing, {lo} vs {hi} layers, blocks of 6 "
+                f"and 9 tensors; '{BEYOND}' = that - (ZeRO-3 without memory_efficient_linear "
+                "- the bare model, both without checkpointing), timed interleaved with the "
+                f"host probe (bwd op {op['bwd']:.2f} us, CPU pressure {pressure:.2f}); {note}")
     return (f"DeepSpeed {version()} engine (DS_ACCELERATOR=cpu, fake pg x2, "
             f"{'bf16' if BF16 else 'fp32'}, overlap_comm off, gradient_accumulation_steps 1 "
             "(ZeRO-1 off the boundary: 2, never stepped), ZeRO-3 buckets and persistence as HF "

@@ -40,6 +40,11 @@
   install deepspeed``, skipped otherwise): the engine's extra over the bare model per
   parameter tensor, forward and backward, ZeRO-3's memory-efficient linear per Linear call,
   and the engine's constant per micro-batch.
+* ``deepspeed_zero3_recompute``: the ZeRO-3 engine (memory_efficient_linear off) with every
+  layer checkpointed as transformers 5.x does, over the bare model under the same
+  checkpointing, and what that adds beyond ZeRO-3 without recompute, per parameter tensor
+  of a recomputed layer; the all-gathers and reduce-scatters per layer in backward are
+  counted and written into the rows' method.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -249,9 +254,10 @@ def hf_rows(base: dict) -> list[dict]:
 
 
 def deepspeed_rows(base: dict, only: frozenset[str] = frozenset()) -> list[dict]:
-    """``deepspeed_zero1_grad_hooks`` / ``_zero2_grad_hooks`` / ``_zero3_hooks`` rows
-    (``calibrate.bench_deepspeed``) of those ``only`` names (all when empty; none when it
-    names others); none, with a message on stderr, without DeepSpeed."""
+    """``deepspeed_zero1_grad_hooks`` / ``_zero2_grad_hooks`` / ``_zero3_hooks`` /
+    ``_zero3_recompute`` rows (``calibrate.bench_deepspeed``) of those ``only`` names (all
+    when empty; none when it names others), the last with the collectives counted per
+    layer; none, with a message on stderr, without DeepSpeed."""
     import types
 
     from . import bench_deepspeed as ds
@@ -277,8 +283,10 @@ def deepspeed_rows(base: dict, only: frozenset[str] = frozenset()) -> list[dict]
         print(f"deepspeed_zero*_hooks: host busy ({pressure:.0%} CPU pressure), rows suspect",
               file=sys.stderr)
     b = {**base, "op_fwd_us_same_run": round(op["fwd"], 2)}
+    note = ds.recompute_collectives() if ds.STAGE3_RECOMPUTE in kinds else ""
     return [r for mech, metric, us in ds.metric_rows(t, kinds)
-            for r in _mechanism_rows(b, op["fwd"], mech, ds.method(op, pressure), [(metric, us)])]
+            for r in _mechanism_rows(b, op["fwd"], mech, ds.method(op, pressure, mech, note),
+                                     [(metric, us)])]
 
 
 def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],

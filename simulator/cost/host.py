@@ -184,7 +184,8 @@ def _by_share(boundary: float, accumulating: float, share: float) -> float:
 def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
                     calls: int = 0, mode: str = "eager", recompute_calls: int = 0,
                     recompute_layers: int = 0, edge_units: int = 0,
-                    boundary_share: float = 1.0) -> tuple[HostCost, HostCost]:
+                    boundary_share: float = 1.0,
+                    recompute_tensors: int = 0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -197,7 +198,9 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     ``edge_units``: FSDP units beside the layers' (the root, torchtitan's embedding and
     [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed).
     Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
-    the ``tensors`` once per pass (not again under recompute); where a mechanism costs less
+    the ``tensors`` once per pass, and hooks that fire again in the re-run forward
+    (``recompute_param_tensor_bwd_eager_ops``) for the ``recompute_tensors`` of the
+    recomputed layers in the backward; where a mechanism costs less
     off the gradient-accumulation boundary (``*_accumulating``), a backward pays that plus
     ``boundary_share`` (one over the step's micro-batches) of the difference."""
     scale = host_mode(mode).op_scale
@@ -215,7 +218,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
         bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
             + tensors * _by_share(m.param_tensor_bwd_eager_ops,
                                   m.param_tensor_bwd_eager_ops_accumulating, boundary_share) \
-            + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b)
+            + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b) \
+            + recompute_tensors * m.recompute_param_tensor_bwd_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

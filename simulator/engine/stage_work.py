@@ -14,6 +14,7 @@ from ..cost.host import (
     MOE_PRE_SYNC_OPS,
     HostCost,
     MoEHost,
+    ParamLayout,
     bucket_copy_ops,
     device_copy_ops,
     eager_host,
@@ -21,7 +22,6 @@ from ..cost.host import (
     fsdp_lane_ops,
     host_mode,
     layer_host,
-    ParamLayout,
     linear_calls,
     mechanisms_host,
     model_host,
@@ -45,6 +45,7 @@ from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
 from ..parallel.schedule import Part, Unit, chunk_parts, chunk_share
+from ..workload import sac
 from ..workload.ops import (
     LayerShape,
     Op,
@@ -55,7 +56,6 @@ from ..workload.ops import (
     layer_ops,
     weight_grad_ops,
 )
-from ..workload import sac
 from ..workload.spec import TransformerSpec
 
 
@@ -339,7 +339,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
-    tensors = calls = 0
+    layer_tensors = edge_tensors = calls = 0
     layout = ParamLayout.of(model, plan.memory.param_layout)
     for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
         run = list(run)
@@ -348,7 +348,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         bwd.add_each(cb, len(run))
         wgrad.add_each(cw, len(run))
         all_fwd = lf
-        tensors += len(run) * param_tensors(lf, layout)
+        layer_tensors += len(run) * param_tensors(lf, layout)
         calls += len(run) * linear_calls(lf, layout)
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
@@ -359,10 +359,11 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         ew = weight_grad_ops(eb)
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
-        tensors += param_tensors(extra, layout)
+        edge_tensors = param_tensors(extra, layout)
         calls += linear_calls(extra, layout)
     _add_per_param_work(fwd, (bwd, wgrad), params,
-                        (len(layers), tensors, calls, _fsdp_edge_units(plan, first, last)), plan,
+                        (len(layers), layer_tensors, edge_tensors, calls,
+                         _fsdp_edge_units(plan, first, last)), plan,
                         cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
@@ -384,8 +385,10 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     device copies; added to each of ``bwds`` (the backward, and its W half, which runs it
     when split), except the copies the input-gradient pass needs first, which go to the
     whole backward only (so B carries them). ``counts``: the chunk's layers, parameter
-    tensors, Linear calls and FSDP units beside the layers' (``_fsdp_edge_units``)."""
-    layers, tensors, calls, edge_units = counts
+    tensors in its layers and beside them (embedding, head), Linear calls and FSDP units
+    beside the layers' (``_fsdp_edge_units``)."""
+    layers, layer_tensors, edge_tensors, calls, edge_units = counts
+    tensors = layer_tensors + edge_tensors
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
@@ -399,7 +402,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
-                              calls if full else 0, layers if full else 0)
+                              calls if full else 0, layers if full else 0,
+                              recompute_tensors=layer_tensors if full else 0)
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

@@ -63,6 +63,8 @@ class HostMechanism:
     first stage and the batch's to every stage); where measured, those shares apart:
     ``model_first_fwd_eager_ops`` / ``model_first_bwd_eager_ops`` on the chunk holding the
     embedding, ``model_every_fwd_eager_ops`` on every chunk;
+    ``recompute_param_tensor_bwd_eager_ops``: per parameter tensor of a layer full recompute
+    re-runs, in backward (ZeRO-3's module hooks firing again in the re-run forward);
     ``recompute_layer_fwd_eager_ops`` / ``recompute_layer_bwd_eager_ops``: per layer
     forward / backward under full recompute, the checkpoint wrapper's work (RNG state saves
     and restores, input detach, saved-tensor hooks, the nested backward call; in backward
@@ -129,6 +131,7 @@ class HostMechanism:
     model_every_fwd_eager_ops: float = 0.0
     recompute_layer_fwd_eager_ops: float = 0.0
     recompute_layer_bwd_eager_ops: float = 0.0
+    recompute_param_tensor_bwd_eager_ops: float = 0.0
     moe_layer_fwd_eager_ops: float = 0.0
     moe_layer_bwd_eager_ops: float = 0.0
     moe_pre_sync_fwd_eager_ops: float = 0.0

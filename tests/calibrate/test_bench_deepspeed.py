@@ -115,7 +115,11 @@ def zero3_env(monkeypatch):
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     yield
     if ours:
+        from deepspeed.utils import groups
         dist.destroy_process_group()
+        release = getattr(groups, "_release_process_group_references", None)
+        if release:                     # DeepSpeed's cached clone of the world group
+            release()
 
 
 def test_a_zero3_engine_keeps_its_linear_to_its_own_forward(zero3_env):
@@ -134,3 +138,69 @@ def test_a_zero3_engine_keeps_its_linear_to_its_own_forward(zero3_env):
     plain_fwd, _ = ds._case(1, False, ds.STAGE3_PLAIN_LINEAR)
     assert not any(c.cell_contents is zero3_linear_wrap for c in plain_fwd.__closure__)
     assert F.linear is own
+
+
+def _recompute_timings(hooks: float, again: float, const: float) -> dict:
+    """Synthetic (fwd, bwd) us: ZeRO-3 costs ``hooks`` per tensor over the bare model in
+    both passes; under recompute its backward costs ``again`` more per tensor of a layer,
+    over the bare model under recompute (which itself costs 50 per layer more)."""
+    t = _timings(hooks, 0.0, const, kinds=(ds.STAGE3_PLAIN_LINEAR,))
+    for s in ds.BLOCKS:
+        k = ds.tensors_per_layer(s)
+        for n in HOST_LAYERS:
+            f, b = t[("bare", s, n)]
+            t[(ds.BARE_RECOMPUTE, s, n)] = (f + 1.0, b + 50.0 * n)
+            pf, pb = t[(ds.STAGE3_PLAIN_LINEAR, s, n)]
+            t[(ds.STAGE3_RECOMPUTE, s, n)] = (pf + 1.0, pb + 50.0 * n + again * k * n)
+    return t
+
+
+def test_recompute_costs_over_the_bare_model_under_recompute_and_beyond_zero3():
+    hooks, again, const = 20.0, 7.0, 30.0
+    t = _recompute_timings(hooks, again, const)
+    f, b = ds.recompute_costs(t, 0), ds.recompute_costs(t, 1)
+    assert f["tensor"] == pytest.approx(hooks) and f["over_tensor"] == pytest.approx(0.0)
+    assert b["tensor"] == pytest.approx(2 * hooks + again)
+    assert b["over_tensor"] == pytest.approx(again) and b["over_slope"] == pytest.approx(again)
+    assert b["over_layer6"] == pytest.approx(6 * again)
+    assert b["over_rest"] == pytest.approx(0.0, abs=1e-9)
+    rows = ds.metric_rows(t, (ds.STAGE3_RECOMPUTE,))
+    assert {m for m, _, _ in rows} == {ds.RECOMPUTE_MECHANISM}
+    tag = ds.TAGS[ds.STAGE3_RECOMPUTE]
+    assert (ds.RECOMPUTE_MECHANISM, f"{tag}, per parameter tensor of a recomputed layer, "
+            f"{ds.BEYOND}, bwd", pytest.approx(again)) in rows
+
+
+def test_recompute_kind_times_its_references():
+    z = ds.config(ds.STAGE3_RECOMPUTE, 32)["zero_optimization"]
+    assert z["stage"] == 3 and not z["memory_efficient_linear"]
+    assert set(ds.timed_kinds((ds.STAGE3_RECOMPUTE,))) == {
+        ds.STAGE3_RECOMPUTE, ds.STAGE3_PLAIN_LINEAR, ds.BARE_RECOMPUTE}
+    assert ds.timed_kinds((1, 2)) == (1, 2)
+
+
+def test_checkpointed_layers_compute_the_same_gradients():
+    torch = pytest.importorskip("torch")
+    from calibrate.bench_host import probe_spec
+    from calibrate.torch_model import build_model, synthetic_batch
+    spec = probe_spec(2)
+    plain, rc = build_model(spec, split=True), build_model(spec, split=True)
+    ds.checkpoint_layers(rc)
+    tokens, targets = synthetic_batch(spec, 1)
+    plain(tokens, targets).backward()
+    rc(tokens, targets).backward()
+    for p, q in zip(plain.parameters(), rc.parameters()):
+        assert torch.equal(p.grad, q.grad)
+
+
+def test_zero3_under_recompute_gathers_again_only_without_prefetch_and_reuse(zero3_env):
+    """DeepSpeed 0.19.8: the recomputed layer's submodules fetch (and, but for the one
+    whose backward started the recompute, release) their parameters again inside backward.
+    At the timed settings the prefetcher has gathered them and the release keeps them, so
+    no all-gather is added; with prefetch and reuse off, every partitioned tensor of the
+    layer but the last Linear's is gathered again (4 partitioned per 6-tensor layer)."""
+    ag = ("bwd", "all_gather_into_tensor")
+    for zero, extra in ((None, 0), (ds.NO_PREFETCH_NO_REUSE, 3)):
+        plain = ds.collective_counts(1, False, ds.STAGE3_PLAIN_LINEAR, zero).get(ag, (0, 0))
+        rc = ds.collective_counts(1, False, ds.STAGE3_RECOMPUTE, zero).get(ag, (0, 0))
+        assert rc[0] - plain[0] == extra
