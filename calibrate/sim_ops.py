@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cost.layer import compute_time_s
-from simulator.engine.stage_work import _recompute_ops, layer_shape
+from simulator.engine.recompute import recompute_ops
+from simulator.engine.stage_work import layer_shape
 from simulator.engine.step import optimizer_bytes_per_param
 from simulator.errors import InvalidInputError
 from simulator.hardware.profile import Profile
@@ -77,7 +78,7 @@ def step_ops(model: TransformerSpec, plan: Plan) -> list[SimOp]:
     for kind, n in sorted(kinds.items()):
         fwd = layer_ops(model, sh, first_of_kind(model, kind))
         add(fwd, "fwd", n * m)
-        add(_recompute_ops(fwd, plan, model, sh) + backward_ops(fwd), "bwd", n * m)
+        add(recompute_ops(fwd, plan, model, sh) + backward_ops(fwd), "bwd", n * m)
     extra = embedding_ops(model, sh) + head_ops(model, sh)
     add(extra, "fwd", m)
     add(backward_ops(extra), "bwd", m)

@@ -26,6 +26,7 @@ FLAG_BOUNDS: dict[str, tuple[float, float, bool]] = {
     "ep": (1, G, False), "vpp": (1, 4096, False),
     "micro_batch": (1, L.MAX_BATCH, False), "global_batch": (1, L.MAX_BATCH, False),
     "seq_len": (1, L.MAX_SEQ_LEN, False), "zero_stage": (0, 3, False), "dp_shard": (0, G, False),
+    "recompute_layers": (0, L.MAX_LAYERS, False),
     "bucket_mb": (0, 1e6, False), "bucket_cap_mb": (0, 1e6, True),
     "first_bucket_mb": (0, 1e6, True), "powersgd_rank": (1, 65536, False),
     "wrap_depth": (0, 64, False),

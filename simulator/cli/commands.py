@@ -41,6 +41,15 @@ from .registry import command
 # ---- hardware (the CLI is the one simulator module allowed to load hardware_db) -----------
 
 
+def _recompute_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recompute", default="none", help="none, selective, full")
+    p.add_argument("--recompute-layers", type=int, default=0, metavar="N",
+                   help="with --recompute full: recompute only the first N layers of each "
+                   "model chunk and keep the rest's activations (Megatron --recompute-method "
+                   "block --recompute-num-layers N; torchtitan's every-k-th layer is the same "
+                   "count); 0 = every layer (default: 0)")
+
+
 # ---- simulate -------------------------------------------------------------------------------
 @command("simulate", "Simulate one training step of a model on a cluster under a plan.")
 def _simulate_args(p: argparse.ArgumentParser) -> None:
@@ -62,7 +71,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step (transformers)")
     p.add_argument("--seq-len", type=int)
     p.add_argument("--sequence-parallel", action="store_true")
-    p.add_argument("--recompute", default="none", help="none, selective, full")
+    _recompute_args(p)
     _sharding_args(p)
     p.add_argument("--precision", default=None,
                    help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")
@@ -159,7 +168,8 @@ def plan_from_args(a: argparse.Namespace, n_gpus: int, gpu: GPUSpec | None = Non
         raise InvalidInputError("grad_dtype", a.grad_dtype, "fp32, bf16 or fp16")
     plan = Plan(tp=a.tp, pp=a.pp, dp=dp, cp=a.cp, ep=a.ep, vpp=a.vpp, micro_batch=a.micro_batch,
                 global_batch=a.global_batch, sequence_parallel=a.sequence_parallel,
-                recompute=a.recompute, zero_stage=a.zero_stage or 0, precision=a.precision,
+                recompute=a.recompute, recompute_layers=getattr(a, "recompute_layers", 0) or 0,
+                zero_stage=a.zero_stage or 0, precision=a.precision,
                 schedule=schedule, attention=a.attention or "flash",
                 dp_overlap=not a.no_dp_overlap, tp_overlap=bool(a.tp_overlap),
                 dp_bucket_bytes=int(a.bucket_mb * 1e6), host_mode=a.host_mode or "eager",

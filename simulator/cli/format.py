@@ -13,8 +13,13 @@ from ..workload.spec import TransformerSpec
 
 def _plan_str(p: Plan) -> str:
     return (f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep} vpp={p.vpp} mb={p.micro_batch} "
-            f"zero={_zero(p)} recompute={p.recompute.value} sp={str(p.sequence_parallel).lower()} "
+            f"zero={_zero(p)} recompute={_recompute(p)} sp={str(p.sequence_parallel).lower()} "
             f"{p.precision.value}")
+
+
+def _recompute(p: Plan) -> str:
+    """The recompute mode, with a partial full recompute's layer count per chunk."""
+    return f"full:{p.recompute_layers}" if p.recompute_layers else p.recompute.value
 
 
 def _zero(p: Plan) -> str:

@@ -45,7 +45,6 @@ from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
 from ..parallel.schedule import Part, Unit, chunk_parts, chunk_share
-from ..workload import sac
 from ..workload.ops import (
     LayerShape,
     Op,
@@ -57,6 +56,7 @@ from ..workload.ops import (
     weight_grad_ops,
 )
 from ..workload.spec import TransformerSpec
+from .recompute import recompute_ops, sac_op
 
 
 @dataclass
@@ -148,85 +148,24 @@ def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:
             for name, (size, stride) in group_strides(plan).items()}
 
 
-def sac_op(plan: Plan) -> bool:
-    """Whether the plan's selective recompute is torchtitan's op-level SAC."""
-    return plan.recompute == Recompute.SELECTIVE and plan.memory.selective_recompute == "op"
-
-
-def _as_rerun(op: Op, rerun: set[str]) -> Op:
-    """``op`` run again in backward: hardware, not model, FLOPs (``recompute_flops``, in the
-    same attention convention as ``model_flops``); a re-run communication hides behind the
-    re-run kernel it overlapped in the forward (TE's CP ring re-posts each KV block before
-    the recomputed attention step)."""
-    return replace(op, name=op.name + "_recompute", model_flops=0.0,
-                   recompute_flops=op.model_flops,
-                   overlaps_with=(op.overlaps_with + "_recompute"
-                                  if op.overlaps_with in rerun else op.overlaps_with))
-
-
-def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> list[Op]:
-    """Op-level SAC (``workload.sac``): each op's re-run part; a GEMM re-runs its
-    even-numbered matmuls (the output width ``recompute_n``: the whole input is read
-    again, the weight and output of that part only)."""
-    out, plan = [], sac.plan_for(fwd, model, sh)
-    again = {n for n, s in plan.items() if s.recompute_fraction > 0.0}
-    for op in fwd:
-        f = plan[op.name].recompute_fraction
-        if f <= 0.0:
-            continue
-        part = op
-        if op.kind == OpKind.GEMM and f < 1:
-            n2, full = plan[op.name].recompute_n, op.m * op.k + op.k * op.n + op.m * op.n
-            elem = op.bytes_moved / (op.batch * full) if full else 0.0
-            part = replace(op, n=n2, flops=op.flops * f, model_flops=op.model_flops * f,
-                           bytes_moved=op.batch * elem * (op.m * op.k + op.k * n2 + op.m * n2))
-        out.append(_as_rerun(part, again))
-    return out
-
-
-def _early_stopped(fwd: list[Op]) -> list[Op]:
-    """The part of a layer's forward torch's non-reentrant checkpoint re-runs (early stop:
-    it ends once the last tensor the forward saved is saved again): the ops up to the last
-    one that saves a tensor, that one too unless it is a GEMM, whose inputs autograd saves
-    before its kernel runs. A block ending in its down projection and residual add re-runs
-    neither; one whose dropout mask follows them re-runs all of it."""
-    last = max((i for i, op in enumerate(fwd) if op.saved_bytes > 0), default=-1)
-    if last >= 0 and fwd[last].kind == OpKind.GEMM:
-        return fwd[:last]
-    return fwd[:last + 1]
-
-
-def _recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = None,
-                   sh: LayerShape | None = None) -> list[Op]:
-    """Forward ops re-run in backward (``_as_rerun``)."""
-    if sac_op(plan):
-        if model is None or sh is None:
-            raise ValueError("op-level SAC needs the model and layer shape to pick its ops")
-        return sac_recompute_ops(fwd, model, sh)
-    if plan.recompute == Recompute.FULL:
-        chosen = _early_stopped(fwd) if plan.memory.recompute_early_stop else fwd
-    elif plan.recompute == Recompute.SELECTIVE:
-        chosen = [op for op in fwd if op.recomputed]
-    else:
-        chosen = []
-    names = {op.name for op in chosen}
-    return [_as_rerun(op, names) for op in chosen]
-
-
 class _LayerCache:
     """Prices each distinct layer kind once (dense/MoE, global/local attention differ)."""
 
     def __init__(self, model, plan, cluster, prof, groups):
         self.m, self.p, self.c, self.prof, self.g = model, plan, cluster, prof, groups
         self.sh = layer_shape(model, plan)
-        self._cache: dict[tuple[bool, bool], tuple[list[Op], PassCost, PassCost, PassCost]] = {}
+        self._cache: dict[tuple[tuple[bool, bool], Recompute],
+                          tuple[list[Op], PassCost, PassCost, PassCost]] = {}
 
-    def get(self, layer: int) -> tuple[list[Op], PassCost, PassCost, PassCost]:
-        """(forward ops, forward cost, backward cost, of which the weight-gradient GEMMs)."""
-        key = self.m.layer_kind(layer)
+    def get(self, layer: int, recompute: Recompute | None = None
+            ) -> tuple[list[Op], PassCost, PassCost, PassCost]:
+        """(forward ops, forward cost, backward cost, of which the weight-gradient GEMMs) of
+        ``layer`` under ``recompute`` (default: the plan's)."""
+        rc = self.p.recompute if recompute is None else recompute
+        key = (self.m.layer_kind(layer), rc)
         if key not in self._cache:
             fwd = layer_ops(self.m, self.sh, layer)
-            bwd = _recompute_ops(fwd, self.p, self.m, self.sh) + backward_ops(fwd)
+            bwd = recompute_ops(fwd, self.p, self.m, self.sh, rc) + backward_ops(fwd)
             cf = pass_cost(fwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             cb = pass_cost(bwd, self.c.gpu, self.prof, self.g, self.p.tp_overlap)
             _set_host(cf, layer_host(fwd, self.prof, False, self.p.host_mode))
@@ -234,7 +173,7 @@ class _LayerCache:
             wops = weight_grad_ops(bwd)
             cw = _set_host(pass_cost(wops, self.c.gpu, self.prof, self.g, self.p.tp_overlap),
                            layer_host(wops, self.prof, True, self.p.host_mode))
-            if key[0]:                                   # a MoE layer
+            if key[0][0]:                                # a MoE layer
                 self._add_moe_host(fwd, bwd, cf, cb)
             self._cache[key] = (fwd, cf, cb, cw)
         return self._cache[key]
@@ -339,17 +278,20 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
-    layer_tensors = edge_tensors = calls = 0
     layout = ParamLayout.of(model, plan.memory.param_layout)
-    for _, run in groupby(layers, key=model.layer_kind):         # runs of one layer kind
-        run = list(run)
-        lf, cf, cb, cw = cache.get(run[0])
-        fwd.add_each(cf, len(run))
-        bwd.add_each(cb, len(run))
-        wgrad.add_each(cw, len(run))
+    counts = _Counts(len(layers), edge_units=_fsdp_edge_units(plan, first, last))
+    # runs of one layer kind and recompute (a partial recompute's first layers, then the rest)
+    for (_, rc), run in groupby(enumerate(layers), key=lambda il: (
+            model.layer_kind(il[1]), plan.recompute_of(il[0]))):
+        run = [layer for _, layer in run]
+        n = len(run)
+        lf, cf, cb, cw = cache.get(run[0], rc)
+        fwd.add_each(cf, n)
+        bwd.add_each(cb, n)
+        wgrad.add_each(cw, n)
         all_fwd = lf
-        layer_tensors += len(run) * param_tensors(lf, layout)
-        calls += len(run) * linear_calls(lf, layout)
+        counts = counts.add_layers(n, param_tensors(lf, layout), linear_calls(lf, layout),
+                                   rc == Recompute.FULL or sac_op(plan))
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(extra, prof, False, plan.host_mode)))
@@ -359,12 +301,9 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         ew = weight_grad_ops(eb)
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
-        edge_tensors = param_tensors(extra, layout)
-        calls += linear_calls(extra, layout)
-    _add_per_param_work(fwd, (bwd, wgrad), params,
-                        (len(layers), layer_tensors, edge_tensors, calls,
-                         _fsdp_edge_units(plan, first, last)), plan,
-                        cluster, prof, groups)
+        counts = replace(counts, edge_tensors=param_tensors(extra, layout),
+                         calls=counts.calls + linear_calls(extra, layout))
+    _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
     mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode, first, last,
@@ -377,18 +316,41 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
+@dataclass(frozen=True)
+class _Counts:
+    """What a chunk's per-parameter host work counts: its layers, the parameter tensors in
+    them and beside them (embedding, head), Linear calls (layers' and head's), FSDP units
+    beside the layers' (``_fsdp_edge_units``), and of the layers those whose module code runs
+    again in backward (full recompute, op SAC): their count, Linear calls and tensors."""
+
+    layers: int
+    layer_tensors: int = 0
+    edge_tensors: int = 0
+    calls: int = 0
+    edge_units: int = 0
+    rc_layers: int = 0
+    rc_calls: int = 0
+    rc_tensors: int = 0
+
+    def add_layers(self, n: int, tensors: int, calls: int, rerun: bool) -> "_Counts":
+        """With ``n`` more layers of ``tensors`` tensors and ``calls`` Linear calls each,
+        ``rerun`` in backward or not."""
+        k = n if rerun else 0
+        return replace(self, layer_tensors=self.layer_tensors + n * tensors,
+                       calls=self.calls + n * calls, rc_layers=self.rc_layers + k,
+                       rc_calls=self.rc_calls + k * calls, rc_tensors=self.rc_tensors + k * tensors)
+
+
 def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float,
-                        counts: tuple[int, int, int, int], plan: Plan, cluster: ClusterSpec,
+                        counts: _Counts, plan: Plan, cluster: ClusterSpec,
                         prof: Profile, groups: dict[str, GroupPlacement]) -> None:
     """Per-micro-batch work over the chunk's parameters: gradient accumulation outside the
     GEMM, and the framework's host mechanisms (hooks, loops, module overheads) with their
     device copies; added to each of ``bwds`` (the backward, and its W half, which runs it
     when split), except the copies the input-gradient pass needs first, which go to the
-    whole backward only (so B carries them). ``counts``: the chunk's layers, parameter
-    tensors in its layers and beside them (embedding, head), Linear calls and FSDP units
-    beside the layers' (``_fsdp_edge_units``)."""
-    layers, layer_tensors, edge_tensors, calls, edge_units = counts
-    tensors = layer_tensors + edge_tensors
+    whole backward only (so B carries them). ``counts``: ``_Counts``."""
+    layers, calls, edge_units = counts.layers, counts.calls, counts.edge_units
+    tensors = counts.layer_tensors + counts.edge_tensors
     ops = []
     if plan.grad_accum_bytes_per_param > 0:
         ops.append(_grad_accumulation_op(params, plan))
@@ -396,14 +358,13 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     copies = device_copy_ops(plan.host_mechanisms, params, layers, tensors, once)
     ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
                                          plan.grad_bytes, chunk_passes(plan))
-    full = plan.recompute == Recompute.FULL or sac_op(plan)   # SAC re-runs the module code
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode,
                              edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches)
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
-                              calls if full else 0, layers if full else 0,
-                              recompute_tensors=layer_tensors if full else 0)
+                              counts.rc_calls, counts.rc_layers,
+                              recompute_tensors=counts.rc_tensors)
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

@@ -161,7 +161,7 @@ class FrameworkMemory:
     # own transformers code, as ``TransformerSpec.split_qkv`` / ``split_gate_up`` say)
     param_layout: str = "fused"
     # full recompute through torch's non-reentrant checkpoint, whose early stop re-runs a
-    # layer's forward only up to its last saved tensor (engine.stage_work._early_stopped)
+    # layer's forward only up to its last saved tensor (engine.recompute.early_stopped)
     recompute_early_stop: bool = False
 
     def __post_init__(self) -> None:

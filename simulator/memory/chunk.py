@@ -93,33 +93,37 @@ def chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape, layers: lis
     ``last``: the output layer and the loss). Cached by what it depends on, the count of
     each layer kind (not which layers): a search asks for the same chunk when it prunes,
     ranks, confirms and spreads the coefficients of one plan, and stages hold alike chunks."""
-    return _chunk_memory(model, plan, sh, layer_kind_counts(model, tuple(layers)), first, last)
+    return _chunk_memory(model, plan, sh,
+                         layer_kind_counts(model, tuple(layers), plan.recompute_layers),
+                         first, last)
 
 
 @lru_cache(maxsize=65536)
-def layer_kind_counts(model: TransformerSpec, layers: tuple[int, ...]
-                      ) -> tuple[tuple[tuple[bool, bool], int], ...]:
-    """How many of ``layers`` are of each kind (``TransformerSpec.layer_kind``), sorted by
-    kind: all a chunk's memory depends on, besides the plan."""
-    kinds: dict[tuple[bool, bool], int] = {}
-    for i in layers:
-        k = model.layer_kind(i)
+def layer_kind_counts(model: TransformerSpec, layers: tuple[int, ...], recompute_layers: int = 0
+                      ) -> tuple[tuple[tuple[tuple[bool, bool], bool], int], ...]:
+    """How many of ``layers`` are of each kind (``TransformerSpec.layer_kind``) and under the
+    plan's recompute or not (a partial full recompute covers the first ``recompute_layers``
+    of the chunk: ``Plan.recompute_of``), sorted: all a chunk's memory depends on, besides
+    the plan."""
+    kinds: dict[tuple[tuple[bool, bool], bool], int] = {}
+    for pos, i in enumerate(layers):
+        k = (model.layer_kind(i), not recompute_layers or pos < recompute_layers)
         kinds[k] = kinds.get(k, 0) + 1
     return tuple(sorted(kinds.items()))
 
 
 @lru_cache(maxsize=65536)
 def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape,
-                  kinds: tuple[tuple[tuple[bool, bool], int], ...], first: bool,
+                  kinds: tuple[tuple[tuple[tuple[bool, bool], bool], int], ...], first: bool,
                   last: bool) -> ChunkMemory:
     emb = model.vocab * model.hidden / plan.tp
     out = (emb if not (model.tied_embeddings and first) else 0.0) + model.hidden   # + final norm
     edge = (emb if first else 0.0) + (out if last else 0.0)
     params = dense = edge
     linear = act = transient = biggest = hold = 0.0
-    for kind, n in kinds:
+    for (kind, under), n in kinds:
         p, d, lin = rank_layer_params(model, plan, first_of_kind(model, kind))
-        a, t, w = layer_memory(model, sh, plan.recompute, kind)
+        a, t, w = layer_memory(model, sh, plan.recompute if under else Recompute.NONE, kind)
         params, dense, linear, act = params + n * p, dense + n * d, linear + n * lin, act + n * a
         hold += n * w
         transient, biggest = max(transient, t), max(biggest, p)

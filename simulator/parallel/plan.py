@@ -77,6 +77,11 @@ class Plan:
     global_batch: int = 1
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    # under FULL recompute, how many layers of each model chunk are recomputed, its first
+    # ones (Megatron's --recompute-method block --recompute-num-layers N); 0: every layer.
+    # Only the count matters to time and memory, so torchtitan's every-k-th-layer option and
+    # fms-fsdp's share of layers are the same count placed elsewhere in the chunk
+    recompute_layers: int = 0
     zero_stage: int = 0
     # ZeRO-3 / FSDP shard group: 0 shards over all dp x cp ranks; HSDP (FSDP's HYBRID_SHARD,
     # torchtitan's dp_shard with dp_replicate) shards within groups of this many consecutive
@@ -132,6 +137,12 @@ class Plan:
                 except ValueError:
                     valid = ", ".join(e.value for e in enum)
                     raise InvalidInputError(name, v, f"one of {valid}") from None
+        rl = self.recompute_layers
+        if not isinstance(rl, int) or isinstance(rl, bool) or rl < 0:
+            raise InvalidInputError("recompute_layers", rl, "an integer >= 0")
+        if rl and self.recompute != Recompute.FULL:
+            raise InvalidInputError("recompute_layers", rl,
+                                    "0 unless recompute is full (it counts full-recompute layers)")
         if self.schedule in TWO_CHUNK_SCHEDULES and self.vpp == 1:
             object.__setattr__(self, "vpp", 2)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch"):
@@ -171,6 +182,14 @@ class Plan:
         for name, k in (("cp", self.cp), ("ep", self.ep)):
             if k > 1 and v % k:            # a group never splits a CP or an EP group
                 raise InvalidInputError("dp_shard", v, f"a multiple of {name}={k}")
+
+    def recompute_of(self, position: int) -> Recompute:
+        """The recompute of the layer at ``position`` (0-based) within its model chunk: the
+        plan's, except that under a partial full recompute (``recompute_layers``) the layers
+        past the first ``recompute_layers`` keep all their activations."""
+        if self.recompute == Recompute.FULL and 0 < self.recompute_layers <= position:
+            return Recompute.NONE
+        return self.recompute
 
     @property
     def shard_ranks(self) -> int:

@@ -190,6 +190,9 @@ def _parallel_args(m: TransformerSpec, p: Plan) -> list[str]:
         a.append("--sequence-parallel")
     if p.recompute == Recompute.SELECTIVE:
         a.append("--recompute-granularity selective")
+    elif p.recompute == Recompute.FULL and p.recompute_layers:
+        a += ["--recompute-granularity full", "--recompute-method block",
+              f"--recompute-num-layers {p.recompute_layers}"]
     elif p.recompute == Recompute.FULL:
         a += ["--recompute-granularity full", "--recompute-method uniform",
               "--recompute-num-layers 1"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..engine.stage_work import partition_layers
 from ..hardware.specs import Dtype
 from ..parallel.plan import Plan, Recompute, Schedule
+from ..parallel.schedule import chunk_parts
 from ..workload.presets import PRESETS
 from ..workload.spec import MLP, Norm, Position, TransformerSpec
 
@@ -97,8 +98,9 @@ def nemo_recipe(m: TransformerSpec, p: Plan, nodes: int, gpus_per_node: int) -> 
     if p.recompute != Recompute.NONE:
         lines.append(f"recipe.model.config.recompute_granularity = {p.recompute.value!r}")
     if p.recompute == Recompute.FULL:
-        lines += ["recipe.model.config.recompute_method = 'uniform'",
-                  "recipe.model.config.recompute_num_layers = 1"]
+        method, n = ("block", p.recompute_layers) if p.recompute_layers else ("uniform", 1)
+        lines += [f"recipe.model.config.recompute_method = {method!r}",
+                  f"recipe.model.config.recompute_num_layers = {n}"]
     lines += ["recipe.trainer.plugins = " + ("bf16_with_fp8_mixed()" if p.precision == Dtype.FP8
                                              else "bf16_mixed()"),
               f'run.run(recipe, executor=run.LocalExecutor(ntasks_per_node={gpus_per_node}, '
@@ -164,11 +166,25 @@ def torchtitan_toml(m: TransformerSpec, p: Plan) -> str:
                                              f"pipeline_parallel_microbatch_size = {p.micro_batch}"]
         if m.n_layers % chunks == 0:
             lines.append(f"pipeline_parallel_layers_per_stage = {m.n_layers // chunks}")
+    return "\n".join(lines + _torchtitan_ac(m, p)) + "\n"
+
+
+def _torchtitan_ac(m: TransformerSpec, p: Plan) -> list[str]:
+    """The [activation_checkpoint] section: a partial full recompute of N layers per chunk
+    is torchtitan's every-k-th-layer option where k = layers per chunk / N is whole (the
+    same count of layers, every k-th instead of the first N), else said in a comment."""
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[p.recompute]
-    lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
     if p.recompute == Recompute.SELECTIVE:
-        lines.append('selective_ac_option = "op"')
-    return "\n".join(lines) + "\n"
+        return ["", "[activation_checkpoint]", f'mode = "{mode}"', 'selective_ac_option = "op"']
+    per_chunk = m.n_layers // chunk_parts(p.schedule, p.pp, p.vpp)[0]
+    if p.recompute_layers and per_chunk % p.recompute_layers == 0:
+        k = per_chunk // p.recompute_layers
+        return ["", "[activation_checkpoint]", 'mode = "selective"',
+                f'selective_ac_option = "{k}"   # one layer in {k}: {p.recompute_layers} '
+                f"of {per_chunk} per chunk"]
+    note = ([f"# {p.recompute_layers} of {per_chunk} layers per chunk is not an every-k-th "
+             "layer count: all layers checkpointed here"] if p.recompute_layers else [])
+    return ["", "[activation_checkpoint]"] + note + [f'mode = "{mode}"']
 
 
 # ---- FSDP2 sketch -------------------------------------------------------------------------

@@ -19,9 +19,10 @@ from enum import Enum
 from typing import Any, Callable, Sequence
 
 from ..cost.layer import comm_op_cost, compute_time_s
+from ..engine.recompute import sac_op, sac_recompute_ops
 from ..engine.result import Result
 from ..engine.simulate import simulate
-from ..engine.stage_work import sac_recompute_ops, layer_shape, place_groups, sac_op
+from ..engine.stage_work import layer_shape, place_groups
 from ..errors import ComplexityError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec, Dtype

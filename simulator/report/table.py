@@ -42,7 +42,8 @@ def format_result_table(r: Result, model: TransformerSpec, plan: Plan, cluster: 
         f"{cluster.node.nic_gbits_per_s:.0f} Gb/s NICs)",
         f"plan       tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} "
         f"mb={plan.micro_batch} gbs={plan.global_batch} sp={plan.sequence_parallel} "
-        f"recompute={plan.recompute.value} zero={plan.zero_stage}"
+        f"recompute={plan.recompute.value}"
+        f"{f':{plan.recompute_layers}' if plan.recompute_layers else ''} zero={plan.zero_stage}"
         + (f" dp_shard={plan.dp_shard} (HSDP)" if plan.dp_shard else "") + f" {plan.precision.value} "
         f"{plan.schedule.value} attention={plan.attention.value}",
         *assumption_lines(assumptions(model, plan, cluster, prof)),

@@ -274,7 +274,8 @@ def peak_memory_bytes(model: TransformerSpec, plan: Plan) -> float:
     parts = partition_layers(model.n_layers, C)
     groups: dict[tuple, list[tuple[int, tuple]]] = {}
     for s in range(plan.pp):
-        sig = tuple((layer_kind_counts(model, tuple(parts[g])), g == 0, g == C - 1)
+        sig = tuple((layer_kind_counts(model, tuple(parts[g]), plan.recompute_layers),
+                     g == 0, g == C - 1)
                     for g in placed[s])
         live = _live(plan.schedule, s, plan.pp, plan.num_microbatches, plan.vpp)
         kept = groups.setdefault(sig, [])

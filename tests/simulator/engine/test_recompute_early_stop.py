@@ -1,7 +1,7 @@
 """Full recompute through torch's non-reentrant checkpoint stops early: the re-run forward
 ends once the last tensor the forward saved is saved again, and a matmul's inputs are saved
 before its kernel runs, so a block ending in its down projection and residual add re-runs
-neither (``engine.stage_work._early_stopped``; frameworks.json ``recompute_early_stop``).
+neither (``engine.recompute.early_stopped``; frameworks.json ``recompute_early_stop``).
 Counted here on torch's own checkpoint, then the simulator's re-run ops against it."""
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import dataclasses
 import pytest
 
 import hardware_db
-from simulator.engine.stage_work import _recompute_ops, layer_shape
+from simulator.engine.recompute import recompute_ops
 from simulator.engine.simulate import simulate
+from simulator.engine.stage_work import layer_shape
 from simulator.parallel.framework_plan import with_framework
 from simulator.parallel.plan import Plan
 from simulator.workload.ops import OpKind, layer_ops
@@ -71,7 +72,7 @@ def _rerun(fw: str, model: str = "llama2-7b", **kw) -> list[str]:
     m = get_preset(model)
     plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16",
                                recompute="full", **kw), fw)
-    return [o.name for o in _recompute_ops(layer_ops(m, layer_shape(m, plan)), plan)]
+    return [o.name for o in recompute_ops(layer_ops(m, layer_shape(m, plan)), plan)]
 
 
 def test_frameworks_on_torchs_checkpoint_rerun_all_but_the_down_projection():
@@ -93,7 +94,7 @@ def test_a_mask_saved_after_the_down_projection_keeps_it():
     plan = dataclasses.replace(plan, memory=dataclasses.replace(plan.memory, dropout=True))
     fwd = layer_ops(m, layer_shape(m, plan))
     assert fwd[-1].saved_bytes > 0                      # the residual's dropout mask
-    assert len(_recompute_ops(fwd, plan)) == len(fwd)
+    assert len(recompute_ops(fwd, plan)) == len(fwd)
 
 
 def test_the_step_loses_one_down_projection_per_layer():

@@ -103,12 +103,12 @@ def test_recomputed_ring_transfer_hides_behind_the_recomputed_step():
     """Full recompute re-runs the forward ring in backward: each re-posted KV block hides
     behind its re-run attention step, exactly as in the forward (not behind the ~3x longer
     backward kernel of that step)."""
-    from simulator.engine.stage_work import _recompute_ops
+    from simulator.engine.recompute import recompute_ops
     cl, groups = _cluster_groups(32, cp=32, global_batch=1, recompute="full")
     prof = hardware_db.load_profile("h100-sxm")
     fwd = layer_ops(L7B, LayerShape(1, L7B.seq_len, cp=32, flash=True,
                                     attention_kernel="flash3"))
-    re = _recompute_ops(fwd, Plan(cp=32, global_batch=1, recompute="full"))
+    re = recompute_ops(fwd, Plan(cp=32, global_batch=1, recompute="full"))
     assert all(o.overlaps_with.endswith("_recompute") for o in re if o.group == "cp")
     pf = pass_cost(fwd, cl.gpu, prof, groups, tp_overlap=False)
     pr = pass_cost(re, cl.gpu, prof, groups, tp_overlap=False)

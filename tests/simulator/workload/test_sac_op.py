@@ -8,7 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from simulator.engine.stage_work import layer_shape, sac_op, sac_recompute_ops
+from simulator.engine.recompute import sac_op, sac_recompute_ops
+from simulator.engine.stage_work import layer_shape
 from simulator.frameworks.defaults import framework_memory
 from simulator.memory.chunk import layer_memory
 from simulator.parallel.framework_plan import with_framework
@@ -49,8 +50,8 @@ def test_torch_sac_with_torchtitans_policy_reruns_wk_wo_w3():
     list): the backward re-runs exactly the 2nd, 4th and 6th matmul, whose output widths
     are what the op graph's plan re-runs."""
     torch = pytest.importorskip("torch")
-    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
     F, aten = torch.nn.functional, torch.ops.aten
     h, q, kv, ffn, s, heads = 64, 64, 16, 96, 8, 4
     w = {n: torch.randn(o, i, requires_grad=True) for n, (o, i) in
@@ -127,9 +128,9 @@ def test_only_torchtitans_selective_is_op_sac():
 def test_sac_reruns_cost_between_none_and_full():
     """The re-run forward work: wk, wo and w3 of the matmul FLOPs, all of the elementwise
     ops, none of the attention; the step lands between no recompute and full."""
+    import hardware_db
     from simulator.api.catalog import make_cluster
     from simulator.engine.simulate import simulate
-    import hardware_db
     m = get_preset("llama3-8b")
     sh = layer_shape(m, _plan("torchtitan"))
     fwd = layer_ops(m, sh)
@@ -151,7 +152,9 @@ def test_kept_bytes_equal_what_torch_keeps():
     ``sac.kept_bytes`` for the same shapes, byte for byte."""
     torch = pytest.importorskip("torch")
     import dataclasses
+
     import torch.utils.checkpoint as ckpt
+
     from simulator.workload.op_types import LayerShape
     F, bf = torch.nn.functional, torch.bfloat16
     b, s, h, nh, nkv, ffn = 2, 64, 128, 4, 2, 256

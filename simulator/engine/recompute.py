@@ -1,0 +1,80 @@
+"""Which forward ops a layer runs again in backward under activation recompute: Megatron's
+selective recompute (the core attention), full recompute (the whole layer, or up to its last
+saved tensor under torch's non-reentrant checkpoint: ``early_stopped``) and torchtitan's
+op-level SAC (``workload.sac``), each op renamed as re-run (``as_rerun``)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..parallel.plan import Plan, Recompute
+from ..workload import sac
+from ..workload.ops import LayerShape, Op, OpKind
+from ..workload.spec import TransformerSpec
+
+
+def sac_op(plan: Plan) -> bool:
+    """Whether the plan's selective recompute is torchtitan's op-level SAC."""
+    return plan.recompute == Recompute.SELECTIVE and plan.memory.selective_recompute == "op"
+
+
+def as_rerun(op: Op, rerun: set[str]) -> Op:
+    """``op`` run again in backward: hardware, not model, FLOPs (``recompute_flops``, in the
+    same attention convention as ``model_flops``); a re-run communication hides behind the
+    re-run kernel it overlapped in the forward (TE's CP ring re-posts each KV block before
+    the recomputed attention step)."""
+    return replace(op, name=op.name + "_recompute", model_flops=0.0,
+                   recompute_flops=op.model_flops,
+                   overlaps_with=(op.overlaps_with + "_recompute"
+                                  if op.overlaps_with in rerun else op.overlaps_with))
+
+
+def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> list[Op]:
+    """Op-level SAC (``workload.sac``): each op's re-run part; a GEMM re-runs its
+    even-numbered matmuls (the output width ``recompute_n``: the whole input is read
+    again, the weight and output of that part only)."""
+    out, plan = [], sac.plan_for(fwd, model, sh)
+    again = {n for n, s in plan.items() if s.recompute_fraction > 0.0}
+    for op in fwd:
+        f = plan[op.name].recompute_fraction
+        if f <= 0.0:
+            continue
+        part = op
+        if op.kind == OpKind.GEMM and f < 1:
+            n2, full = plan[op.name].recompute_n, op.m * op.k + op.k * op.n + op.m * op.n
+            elem = op.bytes_moved / (op.batch * full) if full else 0.0
+            part = replace(op, n=n2, flops=op.flops * f, model_flops=op.model_flops * f,
+                           bytes_moved=op.batch * elem * (op.m * op.k + op.k * n2 + op.m * n2))
+        out.append(as_rerun(part, again))
+    return out
+
+
+def early_stopped(fwd: list[Op]) -> list[Op]:
+    """The part of a layer's forward torch's non-reentrant checkpoint re-runs (early stop:
+    it ends once the last tensor the forward saved is saved again): the ops up to the last
+    one that saves a tensor, that one too unless it is a GEMM, whose inputs autograd saves
+    before its kernel runs. A block ending in its down projection and residual add re-runs
+    neither; one whose dropout mask follows them re-runs all of it."""
+    last = max((i for i, op in enumerate(fwd) if op.saved_bytes > 0), default=-1)
+    if last >= 0 and fwd[last].kind == OpKind.GEMM:
+        return fwd[:last]
+    return fwd[:last + 1]
+
+
+def recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = None,
+                   sh: LayerShape | None = None, recompute: Recompute | None = None
+                   ) -> list[Op]:
+    """Forward ops re-run in backward (``as_rerun``) under ``recompute`` (default: the
+    plan's; a layer past a partial recompute's count has none: ``Plan.recompute_of``)."""
+    rc = plan.recompute if recompute is None else recompute
+    if sac_op(plan):
+        if model is None or sh is None:
+            raise ValueError("op-level SAC needs the model and layer shape to pick its ops")
+        return sac_recompute_ops(fwd, model, sh)
+    if rc == Recompute.FULL:
+        chosen = early_stopped(fwd) if plan.memory.recompute_early_stop else fwd
+    elif rc == Recompute.SELECTIVE:
+        chosen = [op for op in fwd if op.recomputed]
+    else:
+        chosen = []
+    names = {op.name for op in chosen}
+    return [as_rerun(op, names) for op in chosen]
