@@ -82,6 +82,8 @@ def _candidates(plan: Plan) -> list[tuple[str, Plan]]:
     order = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]
     for rc in order[order.index(plan.recompute) + 1:]:
         out.append((f"recompute={rc.value}", replace(plan, recompute=rc)))
+    if plan.recompute_layers:                 # a partial full recompute: every layer
+        out.append(("recompute=full (every layer)", replace(plan, recompute_layers=0)))
     mb = plan.micro_batch // 2
     while mb >= 1:
         out.append((f"micro_batch={mb}", replace(plan, micro_batch=mb)))

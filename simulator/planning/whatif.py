@@ -178,7 +178,8 @@ def _plan_variants(plan: Plan, cluster: ClusterSpec) -> list[tuple[str, str, Pla
             out.append(("micro_batch", f"{plan.micro_batch} -> {mb}", replace(plan, micro_batch=mb)))
     for rc in Recompute:
         if rc != plan.recompute:
-            out.append(("recompute", f"{plan.recompute.value} -> {rc.value}", replace(plan, recompute=rc)))
+            out.append(("recompute", f"{plan.recompute.value} -> {rc.value}",
+                        replace(plan, recompute=rc, recompute_layers=0)))
     has_fp8 = cluster.gpu.peak_tflops.get("fp8", 0) > 0
     if plan.precision == Dtype.BF16 and has_fp8:
         out.append(("precision", "bf16 -> fp8", replace(plan, precision=Dtype.FP8)))

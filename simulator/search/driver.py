@@ -272,7 +272,7 @@ def prune(ctx: EvalContext, space: SearchSpace, rejected: Counter) -> tuple[list
         if peak_memory_bytes(ctx.model, item) > cap:
             rejected[RejectReason.MEMORY.value] += 1
             continue
-        groups.setdefault(replace(item, recompute=Recompute.NONE), []).append(item)
+        groups.setdefault(replace(item, recompute=Recompute.NONE, recompute_layers=0), []).append(item)
     survivors: list[Plan] = []
     for plans in groups.values():
         plans.sort(key=lambda p: _RECOMPUTE_COST[p.recompute])

@@ -102,3 +102,16 @@ def test_cli_and_launch_arguments(capsys):
     toml = torchtitan_toml(MODEL, _plan("full", 8))
     assert 'mode = "selective"' in toml and 'selective_ac_option = "4"' in toml
     assert 'mode = "full"' in torchtitan_toml(MODEL, _plan("full", 12))
+
+
+def test_remedies_and_variants_of_a_partial_plan():
+    """Memory remedies offer every layer recomputed; what-if variants that change the
+    recompute mode drop the layer count instead of failing on it."""
+    from simulator.engine.memory_fit import _candidates
+    from simulator.planning.whatif import _plan_variants
+    p = _plan("full", 8)
+    remedies = dict(_candidates(p))
+    assert remedies["recompute=full (every layer)"].recompute_layers == 0
+    variants = {how: v for what, how, v in _plan_variants(p, CLUSTER) if what == "recompute"}
+    assert {v.recompute for v in variants.values()} == {Recompute.NONE, Recompute.SELECTIVE}
+    assert all(v.recompute_layers == 0 for v in variants.values())
