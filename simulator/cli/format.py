@@ -54,7 +54,7 @@ def format_search(r: SearchReport, model: TransformerSpec, launch: Mapping[str, 
         p = x.plan
         lines.append(
             f"{x.rank:>3} {x.n_gpus:>6} {p.global_batch:>5} {p.tp:>3} {p.pp:>3} {p.dp:>5} {p.cp:>3} "
-            f"{p.ep:>3} {p.vpp:>3} {p.micro_batch:>3} {_zero(p):>5} {p.recompute.value:>9} "
+            f"{p.ep:>3} {p.vpp:>3} {p.micro_batch:>3} {_zero(p):>5} {_recompute(p):>9} "
             f"{'y' if p.sequence_parallel else 'n':>3} {x.step_time_s:8.4g} "
             f"{_span(x.step_time_interval):>15} {x.tokens_per_s_per_gpu:10.1f} {100 * x.mfu:5.1f} {x.peak_memory_bytes / 1e9:7.1f} "
             f"{x.memory_headroom_pct:6.1f}  {x.main_bottleneck.value} ({x.engine})")

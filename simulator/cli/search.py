@@ -152,6 +152,10 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
                    help="HSDP shard group sizes to try beside full sharding for ZeRO-3 plans, "
                    "e.g. 8 (one node); default none")
     g.add_argument("--recomputes", default="none,selective,full")
+    g.add_argument("--partial-recompute", action="store_true",
+                   help="where full recompute is the cheapest mode that fits, also try "
+                   "recomputing only the fewest layers per model chunk that fit (shown as "
+                   "full:N; Megatron --recompute-method block --recompute-num-layers N)")
     g.add_argument("--precisions", default="bf16", help="e.g. bf16,fp8")
     g.add_argument("--attention", default="flash",
                    help="flash (FA2-class), flash1 (FA1 class), flash3 (FA3/cuDNN, Hopper+) or "
@@ -178,6 +182,7 @@ def search_options(a: argparse.Namespace, price: float | None = None,
         precisions=tuple(parse_str_list(a.precisions)), attention=a.attention,
         dp_overlap=not a.no_dp_overlap, tp_overlap=a.tp_overlap,
         prune_dominated=not a.keep_dominated, moe_dispatcher=a.moe_dispatcher,
+        partial_recompute=bool(getattr(a, "partial_recompute", False)),
         dp_shards=tuple(parse_int_list(a.dp_shards, "dp_shards")) if a.dp_shards else ())
     progress = sys.stderr.isatty() if a.progress is None else a.progress
     return SearchOptions(space=space, objective=a.objective, top_k=a.top, event_top=a.event_top,

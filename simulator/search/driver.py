@@ -49,6 +49,7 @@ from .space import (
     SearchSpace,
     enumerate_shapes,
     enumerate_space,
+    fewest_recomputed,
     make_plan,
     peak_memory_bytes,
 )
@@ -180,7 +181,8 @@ class RankedPlan:
              "global_batch": p.global_batch, "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp,
              "ep": p.ep, "vpp": p.vpp, "micro_batch": p.micro_batch, "zero_stage": p.zero_stage,
              "dp_shard": p.dp_shard,
-             "recompute": p.recompute.value, "sequence_parallel": p.sequence_parallel,
+             "recompute": p.recompute.value, "recompute_layers": p.recompute_layers,
+             "sequence_parallel": p.sequence_parallel,
              "precision": p.precision.value, "schedule": p.schedule.value,
              "attention": p.attention.value, "moe_dispatcher": p.moe_dispatcher,
              "engine": self.engine,
@@ -276,6 +278,10 @@ def prune(ctx: EvalContext, space: SearchSpace, rejected: Counter) -> tuple[list
     survivors: list[Plan] = []
     for plans in groups.values():
         plans.sort(key=lambda p: _RECOMPUTE_COST[p.recompute])
+        lighter = fewest_recomputed(ctx.model, plans[0], cap) if space.partial_recompute \
+            and plans[0].recompute == Recompute.FULL else None
+        if lighter is not None:             # cheaper than recomputing every layer
+            plans.insert(0, lighter)
         keep = plans[:1] if space.prune_dominated else plans
         survivors += keep
         rejected[RejectReason.DOMINATED.value] += len(plans) - len(keep)

@@ -90,6 +90,9 @@ class SearchSpace:
     moe_dispatcher: str = "alltoall"          # "flex" (DeepEP): MoE shapes with tp 1, ep > 1
     # HSDP shard groups to try beside full sharding for ZeRO-3 plans (Plan.dp_shard); () none
     dp_shards: tuple[int, ...] = ()
+    # where full recompute is the cheapest mode that fits, also try recomputing only the
+    # fewest layers per chunk that fit (Plan.recompute_layers; driver.fewest_recomputed)
+    partial_recompute: bool = False
 
     def __post_init__(self) -> None:
         for name in ("micro_batches", "vpps"):
@@ -291,3 +294,19 @@ def _covers(a: tuple[tuple[int, ...], ...], b: tuple[tuple[int, ...], ...]) -> b
     """Every live-count vector of ``b`` is matched or exceeded by one of ``a``, so ``a``'s
     activation peak is at least ``b``'s for any non-negative per-chunk activations."""
     return all(any(all(p >= q for p, q in zip(u, v)) for u in a) for v in b)
+
+
+def fewest_recomputed(model: TransformerSpec, plan: Plan, cap: float) -> Plan | None:
+    """``plan`` (full recompute, fitting in ``cap`` bytes) with the fewest layers per chunk
+    recomputed that still fit (memory falls as the count grows: a bisection), or None when
+    only every layer fits."""
+    C, _ = chunk_parts(plan.schedule, plan.pp, plan.vpp)
+    most = max(len(p) for p in partition_layers(model.n_layers, C))
+    lo, hi = 1, most                      # hi: every layer, which fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if peak_memory_bytes(model, replace(plan, recompute_layers=mid)) <= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return replace(plan, recompute_layers=lo) if lo < most else None

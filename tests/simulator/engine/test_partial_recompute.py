@@ -115,3 +115,20 @@ def test_remedies_and_variants_of_a_partial_plan():
     variants = {how: v for what, how, v in _plan_variants(p, CLUSTER) if what == "recompute"}
     assert {v.recompute for v in variants.values()} == {Recompute.NONE, Recompute.SELECTIVE}
     assert all(v.recompute_layers == 0 for v in variants.values())
+
+
+def test_search_finds_the_fewest_recomputed_layers_that_fit():
+    """``fewest_recomputed``: the smallest count that fits, one fewer does not; the search
+    with ``partial_recompute`` ranks it where full recompute was the cheapest fit."""
+    from simulator.search.space import fewest_recomputed, peak_memory_bytes
+    m = get_preset("llama2-13b")
+    p = dataclasses.replace(_plan("full"), micro_batch=2, global_batch=16, zero_stage=3)
+    full_peak = peak_memory_bytes(m, p)
+    none_peak = peak_memory_bytes(m, dataclasses.replace(p, recompute="none"))
+    cap = (full_peak + none_peak) / 2
+    got = fewest_recomputed(m, p, cap)
+    assert got is not None and 1 < got.recompute_layers < m.n_layers
+    assert peak_memory_bytes(m, got) <= cap
+    assert peak_memory_bytes(m, dataclasses.replace(got, recompute_layers=got.recompute_layers
+                                                    - 1)) > cap
+    assert fewest_recomputed(m, p, full_peak) is None       # only every layer fits
