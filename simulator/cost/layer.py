@@ -147,8 +147,8 @@ _SUMMED_DICTS = tuple(f.name for f in fields(PassCost) if str(f.type).startswith
 def compute_time_s(op: Op, gpu: GPUSpec, prof: Profile) -> float:
     """Kernel time of a compute op (0 for collectives)."""
     if op.kind == OpKind.GEMM:
-        return gemm_time_s(op.m, op.n, op.k, op.dtype, gpu, prof, batch=op.batch,
-                           grouped=op.grouped)
+        return sum(gemm_time_s(m, n, k, op.dtype, gpu, prof, batch=op.batch, grouped=op.grouped)
+                   for m, n, k in (op.split or ((op.m, op.n, op.k),)))
     if op.kind == OpKind.ATTENTION:
         return attention_time_s(op.flops, op.dtype, op.name.endswith("_bwd"), gpu, prof,
                                 op.kernel or "flash", seq_k=op.n, head_dim=op.k,

@@ -42,7 +42,9 @@ def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> 
         if op.kind == OpKind.GEMM and f < 1:
             n2, full = plan[op.name].recompute_n, op.m * op.k + op.k * op.n + op.m * op.n
             elem = op.bytes_moved / (op.batch * full) if full else 0.0
-            part = replace(op, n=n2, flops=op.flops * f, model_flops=op.model_flops * f,
+            # the re-run matmuls are one of the op's parts (wk of q, k, v; w3 of w1, w3)
+            part = replace(op, n=n2, split=(), flops=op.flops * f,
+                           model_flops=op.model_flops * f,
                            bytes_moved=op.batch * elem * (op.m * op.k + op.k * n2 + op.m * n2))
         out.append(as_rerun(part, again))
     return out

@@ -129,6 +129,7 @@ def partition_layers(n_layers: int, chunks: int) -> list[list[int]]:
 
 
 def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
+    layout = ParamLayout.of(model, plan.memory.param_layout)
     return LayerShape(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp,
                       cp=plan.cp, ep=plan.ep, sequence_parallel=plan.sequence_parallel,
                       dtype=plan.precision.value,
@@ -139,7 +140,8 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       eager_elementwise=plan.memory.eager_elementwise,
                       eager_code=plan.memory.eager_code, sac_op=sac_op(plan),
                       moe_weighted_activation=plan.memory.moe_weighted_activation,
-                      moe_dispatcher=plan.moe_dispatcher)
+                      moe_dispatcher=plan.moe_dispatcher, split_qkv=layout.split_qkv,
+                      split_gate_up=layout.split_gate_up)
 
 
 def place_groups(cluster: ClusterSpec, plan: Plan) -> dict[str, GroupPlacement]:

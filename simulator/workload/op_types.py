@@ -65,6 +65,11 @@ class Op:
     # tensors alive while the op runs backward where they differ from ``bytes_moved`` (an
     # eager op's traffic is several kernels', not its live tensors): -1 = bytes_moved
     live_bytes: float = -1.0
+    # GEMM: the (m, n, k) of each kernel where the model code runs one GEMM of the op graph
+    # as several sharing the input (transformers' q, k, v and gate, up projections; their
+    # backward: a data-gradient GEMM per part, summed, and a weight-gradient GEMM per part);
+    # () = one kernel of (m, n, k)
+    split: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,10 @@ class LayerShape:
     eager_elementwise: bool = False
     eager_code: str = ""                     # whose model code ("" transformers'; EAGER keys)
     sac_op: bool = False                     # selective recompute is torchtitan's op SAC
+    # the model code runs q, k and v / a SwiGLU's gate and up as separate GEMMs (Op.split;
+    # frameworks.json memory param_layout, cost.host.ParamLayout)
+    split_qkv: bool = False
+    split_gate_up: bool = False
     moe_weighted_activation: bool = False    # MoE probabilities applied in the activation
     moe_dispatcher: str = "alltoall"         # "flex": DeepEP dispatch/combine (Plan)
 
@@ -233,7 +242,10 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     f = (ffn or m.ffn_hidden) // sh.tp
     up_n = 2 * f if m.mlp == MLP.SWIGLU else f
     rows = -(-T // groups)
-    ops = [_gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)]
+    fc1 = _gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)
+    if sh.split_gate_up and m.mlp == MLP.SWIGLU and groups == 1:   # gate, up apart
+        fc1 = replace(fc1, split=((rows, f, h), (rows, f, h)))
+    ops = [fc1]
     act_in, act_out = T * up_n, T * f
     # a fused SwiGLU (Megatron's SwiGLUFunction, TE) saves its input only; eager
     # silu(a) * b also keeps silu(a) for the product's backward

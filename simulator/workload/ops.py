@@ -50,8 +50,11 @@ def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op
         q_local, kv_local = m.q_dim // sh.tp, max(m.kv_dim // sh.tp, m.head_dim)
         # with SP the GEMM input is saved sharded and re-gathered in backward (Korthikanti 2022)
         qkv_out = T * (q_local + 2 * kv_local) * ab      # Q, K, V: kept for the attention core
-        ops.append(_gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
-                         saved_out=qkv_out))
+        qkv = _gemm("qkv", T, q_local + 2 * kv_local, h, sh, saved=Ts * h * ab,
+                    saved_out=qkv_out)
+        if sh.split_qkv:                                  # q, k, v as three GEMMs
+            qkv = replace(qkv, split=tuple((T, n, h) for n in (q_local, kv_local, kv_local)))
+        ops.append(qkv)
         if m.qk_norm:
             # RMSNorm on the queries and keys before the rotation (Qwen3, Gemma 3: per head;
             # OLMo 2: over the projection); MLA's latent norms are in mla_projection_ops
@@ -412,9 +415,11 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
     out: list[Op] = []
     for op in reversed(fwd):
         if op.kind == OpKind.GEMM:
-            dgrad = replace(op, name=op.name + "_dgrad", m=op.m, n=op.k, k=op.n, saved_bytes=0)
-            wgrad = replace(op, name=op.name + WEIGHT_GRAD_SUFFIX, m=op.k, n=op.n, k=op.m, saved_bytes=0)
-            out += [dgrad, wgrad]
+            dgrad = replace(op, name=op.name + "_dgrad", m=op.m, n=op.k, k=op.n, saved_bytes=0,
+                            split=tuple((m, k, n) for m, n, k in op.split))
+            wgrad = replace(op, name=op.name + WEIGHT_GRAD_SUFFIX, m=op.k, n=op.n, k=op.m,
+                            saved_bytes=0, split=tuple((k, n, m) for m, n, k in op.split))
+            out += [dgrad] + _split_grad_sum(op) + [wgrad]
         elif op.kind == OpKind.ATTENTION:
             out.append(replace(op, name=op.name + "_bwd", flops=2.5 * op.flops,
                                model_flops=2.0 * op.model_flops, bytes_moved=2 * op.bytes_moved,
@@ -426,6 +431,17 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
         else:
             out.append(_conjugate(op))
     return [o for o in out if o is not None]
+
+
+def _split_grad_sum(op: Op) -> list[Op]:
+    """Autograd summing a split GEMM's input gradients (one per part): parts - 1 adds over
+    the input, each reading two and writing one, in the activations' dtype. Its dispatch is
+    autograd's, not the model code's (no host op: the measured model-code glue holds it)."""
+    if len(op.split) < 2:
+        return []
+    adds, elem = len(op.split) - 1, 4 if op.dtype == "fp32" else 2
+    return [Op(op.name + "_dgrad_sum", OpKind.MEMORY, dtype=op.dtype, kernels=0, launches=adds,
+               bytes_moved=3.0 * adds * op.batch * op.m * op.k * elem, mem_kind="elementwise")]
 
 
 WEIGHT_GRAD_SUFFIX = "_wgrad"
