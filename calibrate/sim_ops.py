@@ -72,13 +72,14 @@ def step_ops(model: TransformerSpec, plan: Plan) -> list[SimOp]:
 
     def add(ops: list[Op], phase: str, times: int) -> None:
         out.extend(SimOp(o, family_of(o), phase, times) for o in ops)
-    kinds: dict[tuple[bool, bool], int] = {}
-    for layer in range(model.n_layers):
-        kinds[model.layer_kind(layer)] = kinds.get(model.layer_kind(layer), 0) + 1
-    for kind, n in sorted(kinds.items()):
+    kinds: dict[tuple, int] = {}                # (layer kind, its recompute): layers
+    for layer in range(model.n_layers):           # one stage: the layer is its position
+        key = (model.layer_kind(layer), plan.recompute_of(layer))
+        kinds[key] = kinds.get(key, 0) + 1
+    for (kind, rc), n in sorted(kinds.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
         fwd = layer_ops(model, sh, first_of_kind(model, kind))
         add(fwd, "fwd", n * m)
-        add(recompute_ops(fwd, plan, model, sh) + backward_ops(fwd), "bwd", n * m)
+        add(recompute_ops(fwd, plan, model, sh, rc) + backward_ops(fwd), "bwd", n * m)
     extra = embedding_ops(model, sh) + head_ops(model, sh)
     add(extra, "fwd", m)
     add(backward_ops(extra), "bwd", m)

@@ -16,10 +16,10 @@ from ..boundary.values import check_float, check_int
 from ..errors import InvalidInputError
 
 _INT_FIELDS = ("n_gpus", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp",
-               "ep", "vpp", "zero_stage", "dp_shard")
+               "ep", "vpp", "zero_stage", "dp_shard", "recompute_layers")
 _INT_RANGES = {"seq_len": (1, L.MAX_SEQ_LEN), "global_batch": (1, L.MAX_BATCH),
                "micro_batch": (1, L.MAX_BATCH), "zero_stage": (0, 3), "vpp": (1, 4096),
-               "dp_shard": (0, L.MAX_GPUS)}
+               "dp_shard": (0, L.MAX_GPUS), "recompute_layers": (0, L.MAX_LAYERS)}
 _ALIASES = {"gpus": "n_gpus", "batch_size": "global_batch", "sequence_length": "seq_len"}
 
 
@@ -45,6 +45,7 @@ class TrainingConfig:
     zero_stage: int = 0
     dp_shard: int = 0                     # HSDP shard group (Plan.dp_shard); 0 = all of dp x cp
     recompute: str = "none"
+    recompute_layers: int = 0             # with recompute "full": first N layers per chunk (0 all)
     sequence_parallel: bool = False
     schedule: str | None = None           # pipeline schedule (Plan.schedule); None: 1f1b/interleaved
     moe_dispatcher: str = "alltoall"      # MoE token dispatcher (Plan.moe_dispatcher): or "flex"

@@ -7,10 +7,12 @@ from typing import Sequence
 
 from ..engine.result import Result
 from ..engine.simulate import simulate
+from ..engine.stage_work import partition_layers
 from ..errors import InfeasiblePlanError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
+from ..parallel.schedule import chunk_parts
 from ..planning.whatif import RooflineClass, ridge_flop_per_byte, roofline_ops
 from ..search.driver import Bottleneck, SearchOptions, SearchReport, main_bottleneck, make_context, search
 from ..workload.ops import LayerShape, backward_ops, embedding_ops, head_ops, layer_ops
@@ -42,6 +44,7 @@ def plan_of(cfg: TrainingConfig) -> Plan:
                 micro_batch=cfg.micro_batch,
                 global_batch=cfg.global_batch or dp * cfg.micro_batch,
                 sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute,
+                recompute_layers=cfg.recompute_layers,
                 zero_stage=cfg.zero_stage, dp_shard=cfg.dp_shard,
                 precision=cfg.precision or "bf16",
                 schedule=cfg.schedule or ("interleaved" if cfg.vpp > 1 else "1f1b"),
@@ -53,7 +56,8 @@ def config_of(plan: Plan, base: TrainingConfig, gpu: str, n_gpus: int) -> Traini
     return replace(base, gpu=gpu, n_gpus=n_gpus, tp=plan.tp, pp=plan.pp, dp=plan.dp,
                    cp=plan.cp, ep=plan.ep, vpp=plan.vpp, micro_batch=plan.micro_batch,
                    global_batch=plan.global_batch, precision=plan.precision.value,
-                   recompute=plan.recompute.value, zero_stage=plan.zero_stage,
+                   recompute=plan.recompute.value, recompute_layers=plan.recompute_layers,
+                   zero_stage=plan.zero_stage,
                    dp_shard=plan.dp_shard, sequence_parallel=plan.sequence_parallel, moe_dispatcher=plan.moe_dispatcher,
                    schedule=None if plan.schedule.value in ("1f1b", "interleaved")
                    else plan.schedule.value)
@@ -65,15 +69,26 @@ def _weights(model: TransformerSpec) -> dict[str, int]:
             "moe-layer": n_moe, "embedding": 1, "head": 1}
 
 
+def recomputed_share(model: TransformerSpec, plan: Plan) -> float:
+    """Share of the layers a (partial) recompute re-runs: the first ``recompute_layers`` of
+    each model chunk."""
+    if not plan.recompute_layers:
+        return 1.0
+    C, _ = chunk_parts(plan.schedule, plan.pp, plan.vpp)
+    parts = partition_layers(model.n_layers, C)
+    return sum(min(len(p), plan.recompute_layers) for p in parts) / model.n_layers
+
+
 def _roofline(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
               prof: Profile) -> tuple[float, str]:
     """(FLOP per HBM byte of the step's kernels, class holding most kernel time)."""
     w = _weights(model)
+    share = recomputed_share(model, plan)
     flops = moved = compute_s = memory_s = 0.0
     for o in roofline_ops(model, plan, cluster, prof):
         if o.roofline == RooflineClass.COMMUNICATION:
             continue
-        k = w.get(o.where, 1)
+        k = w.get(o.where, 1) * (share if o.phase == "recompute" else 1.0)
         flops += k * o.flops
         moved += k * o.bytes_moved
         if o.roofline == RooflineClass.COMPUTE_BOUND:

@@ -21,7 +21,7 @@ the device, or on the device stream itself when the host runs the kernels
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..frameworks import HOST
 from ..frameworks.host import HostMode
@@ -128,6 +128,10 @@ class ParamLayout:
                    linear_bias=spec.linear_bias, qkv_bias=spec.qkv_bias,
                    norm_bias=spec.norm == Norm.LAYERNORM and spec.linear_bias)
 
+    def weights_only(self) -> "ParamLayout":
+        """The same modules without their biases: one tensor per module."""
+        return replace(self, linear_bias=False, qkv_bias=False, norm_bias=False)
+
     def linears(self, op: Op) -> int:
         """Linear modules one weight GEMM of the op graph stands for (per group)."""
         if op.name == "qkv" and self.split_qkv:
@@ -184,8 +188,8 @@ def _by_share(boundary: float, accumulating: float, share: float) -> float:
 def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Profile,
                     calls: int = 0, mode: str = "eager", recompute_calls: int = 0,
                     recompute_layers: int = 0, edge_units: int = 0,
-                    boundary_share: float = 1.0,
-                    recompute_tensors: int = 0) -> tuple[HostCost, HostCost]:
+                    boundary_share: float = 1.0, recompute_tensors: int = 0,
+                    modules: tuple[int, int] | None = None) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -200,13 +204,17 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
     the ``tensors`` once per pass, and hooks that fire again in the re-run forward
     (``recompute_param_tensor_bwd_eager_ops``) for the ``recompute_tensors`` of the
-    recomputed layers in the backward; where a mechanism costs less
+    recomputed layers in the backward (a mechanism whose hooks are per module,
+    ``hooks_per_module``, counts ``modules`` instead: the chunk's and the recomputed layers'
+    weight tensors, biases left out); where a mechanism costs less
     off the gradient-accumulation boundary (``*_accumulating``), a backward pays that plus
     ``boundary_share`` (one over the step's micro-batches) of the difference."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
         m = HOST.mechanisms[name]
+        t, rt = modules if m.hooks_per_module and modules is not None \
+            else (tensors, recompute_tensors)
         call_f = (m.linear_call_extra_eager_ops + m.linear_call_fwd_eager_ops) * scale
         call_b = (m.linear_call_extra_eager_ops + m.linear_call_bwd_eager_ops) * scale
         glue = m.layer_module_fwd_eager_ops * scale
@@ -214,12 +222,12 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
                           m.recompute_layer_bwd_eager_ops * scale)
         fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * call_f \
             + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops \
-            + tensors * m.param_tensor_fwd_eager_ops
+            + t * m.param_tensor_fwd_eager_ops
         bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
-            + tensors * _by_share(m.param_tensor_bwd_eager_ops,
+            + t * _by_share(m.param_tensor_bwd_eager_ops,
                                   m.param_tensor_bwd_eager_ops_accumulating, boundary_share) \
             + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b) \
-            + recompute_tensors * m.recompute_param_tensor_bwd_eager_ops
+            + rt * m.recompute_param_tensor_bwd_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

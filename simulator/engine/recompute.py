@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..frameworks import HOST
+from ..hardware.specs import Dtype
 from ..parallel.plan import Plan, Recompute
 from ..workload import sac
 from ..workload.ops import LayerShape, Op, OpKind
@@ -50,16 +52,30 @@ def sac_recompute_ops(fwd: list[Op], model: TransformerSpec, sh: LayerShape) -> 
     return out
 
 
-def early_stopped(fwd: list[Op]) -> list[Op]:
+def early_stopped(fwd: list[Op], gemm_saves_first: bool = True) -> list[Op]:
     """The part of a layer's forward torch's non-reentrant checkpoint re-runs (early stop:
     it ends once the last tensor the forward saved is saved again): the ops up to the last
-    one that saves a tensor, that one too unless it is a GEMM, whose inputs autograd saves
-    before its kernel runs. A block ending in its down projection and residual add re-runs
-    neither; one whose dropout mask follows them re-runs all of it."""
+    one that saves a tensor, that one too unless it is a GEMM whose inputs are saved before
+    its kernel runs (``gemm_saves_first``: an aten matmul, whose autograd code saves them
+    first; not a custom autograd Function, which saves after its forward ran). A block
+    ending in its down projection and residual add re-runs neither; one whose dropout mask
+    or post-norm follows them re-runs all of it."""
     last = max((i for i, op in enumerate(fwd) if op.saved_bytes > 0), default=-1)
-    if last >= 0 and fwd[last].kind == OpKind.GEMM:
+    if last >= 0 and fwd[last].kind == OpKind.GEMM and gemm_saves_first:
         return fwd[:last]
     return fwd[:last + 1]
+
+
+def _early_stop(fwd: list[Op], plan: Plan, model: TransformerSpec | None) -> list[Op]:
+    """``early_stopped`` for the plan's framework and the model: the last GEMM re-runs when
+    a norm the op graph leaves out saves its output (``TransformerSpec.post_mlp_norm``), or
+    when the Linears are autograd Functions (a host mechanism's ``linears_as_functions``:
+    ZeRO-3's memory-efficient linear; FP8 Linears: torchao's Float8Linear, TE's modules)."""
+    if model is not None and model.post_mlp_norm:
+        return fwd
+    functions = plan.precision == Dtype.FP8 or any(
+        HOST.mechanisms[m].linears_as_functions for m in plan.host_mechanisms)
+    return early_stopped(fwd, gemm_saves_first=not functions)
 
 
 def recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = None,
@@ -73,7 +89,7 @@ def recompute_ops(fwd: list[Op], plan: Plan, model: TransformerSpec | None = Non
             raise ValueError("op-level SAC needs the model and layer shape to pick its ops")
         return sac_recompute_ops(fwd, model, sh)
     if rc == Recompute.FULL:
-        chosen = early_stopped(fwd) if plan.memory.recompute_early_stop else fwd
+        chosen = _early_stop(fwd, plan, model) if plan.memory.recompute_early_stop else fwd
     elif rc == Recompute.SELECTIVE:
         chosen = [op for op in fwd if op.recomputed]
     else:

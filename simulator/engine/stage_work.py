@@ -292,8 +292,9 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         bwd.add_each(cb, n)
         wgrad.add_each(cw, n)
         all_fwd = lf
-        counts = counts.add_layers(n, param_tensors(lf, layout), linear_calls(lf, layout),
-                                   rc == Recompute.FULL or sac_op(plan))
+        counts = counts.add_layers(n, (param_tensors(lf, layout),
+                                       param_tensors(lf, layout.weights_only())),
+                                   linear_calls(lf, layout), rc == Recompute.FULL or sac_op(plan))
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
                           eager_host(extra, prof, False, plan.host_mode)))
@@ -304,6 +305,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
         counts = replace(counts, edge_tensors=param_tensors(extra, layout),
+                         edge_modules=param_tensors(extra, layout.weights_only()),
                          calls=counts.calls + linear_calls(extra, layout))
     _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
@@ -323,7 +325,8 @@ class _Counts:
     """What a chunk's per-parameter host work counts: its layers, the parameter tensors in
     them and beside them (embedding, head), Linear calls (layers' and head's), FSDP units
     beside the layers' (``_fsdp_edge_units``), and of the layers those whose module code runs
-    again in backward (full recompute, op SAC): their count, Linear calls and tensors."""
+    again in backward (full recompute, op SAC): their count, Linear calls and tensors; each
+    tensor count also as modules (weights only, ``ParamLayout.weights_only``)."""
 
     layers: int
     layer_tensors: int = 0
@@ -333,14 +336,21 @@ class _Counts:
     rc_layers: int = 0
     rc_calls: int = 0
     rc_tensors: int = 0
+    layer_modules: int = 0
+    edge_modules: int = 0
+    rc_modules: int = 0
 
-    def add_layers(self, n: int, tensors: int, calls: int, rerun: bool) -> "_Counts":
-        """With ``n`` more layers of ``tensors`` tensors and ``calls`` Linear calls each,
-        ``rerun`` in backward or not."""
+    def add_layers(self, n: int, tensors: tuple[int, int], calls: int,
+                   rerun: bool) -> "_Counts":
+        """With ``n`` more layers of ``tensors`` (tensors, modules) and ``calls`` Linear calls
+        each, ``rerun`` in backward or not."""
         k = n if rerun else 0
-        return replace(self, layer_tensors=self.layer_tensors + n * tensors,
+        t, mod = tensors
+        return replace(self, layer_tensors=self.layer_tensors + n * t,
+                       layer_modules=self.layer_modules + n * mod,
                        calls=self.calls + n * calls, rc_layers=self.rc_layers + k,
-                       rc_calls=self.rc_calls + k * calls, rc_tensors=self.rc_tensors + k * tensors)
+                       rc_calls=self.rc_calls + k * calls, rc_tensors=self.rc_tensors + k * t,
+                       rc_modules=self.rc_modules + k * mod)
 
 
 def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float,
@@ -361,12 +371,14 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
     ops += copies.rest + bucket_copy_ops(plan.host_mechanisms, params, tensors,
                                          plan.grad_bytes, chunk_passes(plan))
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode,
-                             edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches)
+                             edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches,
+                             modules=(counts.layer_modules + counts.edge_modules, 0))
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,
                               counts.rc_calls, counts.rc_layers,
-                              recompute_tensors=counts.rc_tensors)
+                              recompute_tensors=counts.rc_tensors,
+                              modules=(0, counts.rc_modules))
     if copies.fwd:
         fwd.add(pass_cost(copies.fwd, cluster.gpu, prof, groups, plan.tp_overlap))
     fwd.add(_set_host(PassCost(), hf))

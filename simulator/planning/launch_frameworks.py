@@ -299,6 +299,8 @@ def _ep_lines(m: TransformerSpec, p: Plan) -> list[str]:
 def _ckpt_lines(p: Plan) -> list[str]:
     if p.recompute == Recompute.NONE:
         return []
+    wrap = f"part.layers[i] = block = checkpoint_wrapper(block)   # recompute ({p.recompute.value})"
     return ["        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import "
-            "checkpoint_wrapper",
-            f"        part.layers[i] = block = checkpoint_wrapper(block)   # recompute ({p.recompute.value})"]
+            "checkpoint_wrapper"] + (
+        [f"        if i < {p.recompute_layers}:   # the chunk's first layers only",
+         "            " + wrap] if p.recompute_layers else ["        " + wrap])

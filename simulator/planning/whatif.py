@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any, Callable, Sequence
 
 from ..cost.layer import comm_op_cost, compute_time_s
-from ..engine.recompute import sac_op, sac_recompute_ops
+from ..engine.recompute import recompute_ops
 from ..engine.result import Result
 from ..engine.simulate import simulate
 from ..engine.stage_work import layer_shape, place_groups
@@ -55,14 +55,6 @@ def ridge_flop_per_byte(cluster: ClusterSpec, precision: Dtype) -> float:
     return cluster.gpu.peak(precision) * 1e12 / (cluster.gpu.mem_bw_gbytes_per_s * 1e9)
 
 
-def _recomputed(fwd, plan: Plan):
-    if plan.recompute == Recompute.FULL:
-        return list(fwd)
-    if plan.recompute == Recompute.SELECTIVE:
-        return [op for op in fwd if op.recomputed]
-    return []
-
-
 def _layer_groups(model: TransformerSpec, plan: Plan) -> list[tuple[str, list]]:
     sh = layer_shape(model, plan)
     if model.moe is None:
@@ -84,8 +76,9 @@ def roofline_ops(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
     parts = _layer_groups(model, plan) + [("embedding", embedding_ops(model, sh)),
                                           ("head", head_ops(model, sh))]
     for where, fwd in parts:
-        again = (sac_recompute_ops(fwd, model, sh) if sac_op(plan) and where.endswith("layer")
-                 else _recomputed(fwd, plan))
+        # what a recomputed layer re-runs (early stop, op SAC as simulated); the embedding
+        # and head are never re-run
+        again = recompute_ops(fwd, plan, model, sh) if where.endswith("layer") else []
         phases = [("forward", fwd), ("recompute", again),
                   ("backward", backward_ops(fwd))]
         for phase, ops in phases:

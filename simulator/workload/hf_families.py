@@ -301,6 +301,9 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         "final_logit_softcap": float(cfg.get("final_logit_softcapping") or 0.0),
         "split_qkv": mt not in _FUSED_QKV,
         "split_gate_up": mt not in _FUSED_GATE_UP,     # gated MLPs only (hf.from_hf_config)
+        # Gemma2/3DecoderLayer post_feedforward_layernorm, Olmo2DecoderLayer
+        # post_feedforward_layernorm (transformers 5.24)
+        "post_mlp_norm": mt in GEMMA or mt == "olmo2",
     }
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True

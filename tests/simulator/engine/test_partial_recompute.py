@@ -132,3 +132,30 @@ def test_search_finds_the_fewest_recomputed_layers_that_fit():
     assert peak_memory_bytes(m, dataclasses.replace(got, recompute_layers=got.recompute_layers
                                                     - 1)) > cap
     assert fewest_recomputed(m, p, full_peak) is None       # only every layer fits
+
+
+def test_the_python_api_and_the_fsdp_sketch_keep_the_count():
+    from simulator.api.config import TrainingConfig
+    from simulator.api.transformer_flow import config_of, plan_of, recomputed_share
+    from simulator.planning.launch_frameworks import fsdp_sketch
+    p = _plan("full", 8)
+    cfg = config_of(p, TrainingConfig(gpu="a100-sxm-80gb", n_gpus=8),
+                    "a100-sxm-80gb", 8)
+    assert cfg.recompute_layers == 8 and plan_of(cfg).recompute_layers == 8
+    assert recomputed_share(MODEL, p) == pytest.approx(8 / 32)
+    assert recomputed_share(MODEL, dataclasses.replace(p, pp=4, dp=2)) == 1.0   # 8 per chunk
+    sketch = fsdp_sketch(MODEL, dataclasses.replace(p, zero_stage=3))
+    assert "if i < 8:" in sketch
+
+
+def test_the_trace_comparison_ops_follow_each_layers_recompute():
+    """``calibrate.sim_ops.step_ops`` (what a profiler trace is compared with): backward
+    GEMM FLOPs grow by N layers' forward GEMMs, not by all of them."""
+    from calibrate.sim_ops import step_ops
+
+    def bwd_gemm(p):
+        return sum(s.op.flops * s.count for s in step_ops(MODEL, p)
+                   if s.phase == "bwd" and s.family == "gemm")
+    none, full, part = bwd_gemm(_plan("none")), bwd_gemm(_plan("full")), bwd_gemm(_plan("full", 4))
+    assert full > none > 0
+    assert part - none == pytest.approx((full - none) * 4 / 32)

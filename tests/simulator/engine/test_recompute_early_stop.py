@@ -21,9 +21,12 @@ from simulator.workload.presets import get_preset
 MATMULS = ("mm", "addmm", "bmm")
 
 
-def _rerun_matmuls(reentrant: bool | None, dropout: float = 0.0) -> int:
+def _rerun_matmuls(reentrant: bool | None, dropout: float = 0.0,
+                   function_down: bool = False) -> int:
     """Matmuls a checkpointed Llama-style block (q, k, v, o, gate, up, down) runs in
-    backward beyond the 14 of its plain backward (``reentrant`` None: not checkpointed)."""
+    backward beyond the 14 of its plain backward (``reentrant`` None: not checkpointed;
+    ``function_down``: the down projection is a custom autograd Function that saves its
+    inputs after its matmul, as ZeRO-3's memory-efficient linear does)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -43,7 +46,21 @@ def _rerun_matmuls(reentrant: bool | None, dropout: float = 0.0) -> int:
                                                                                self.v))
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.o(a.transpose(1, 2).reshape(b, t, h))
-            return x + self.drop(self.d(F.silu(self.g(x)) * self.u(x)))
+            y = F.silu(self.g(x)) * self.u(x)
+            return x + self.drop(Linear.apply(y, self.d.weight) if function_down
+                                 else self.d(y))
+
+    class Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            out = x.matmul(w.t())
+            ctx.save_for_backward(x, w)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            return g.matmul(w), g.reshape(-1, g.shape[-1]).t().mm(x.reshape(-1, x.shape[-1]))
 
     class Count(TorchDispatchMode):
         n = 0
@@ -66,13 +83,15 @@ def test_torchs_checkpoint_skips_the_down_projection_unless_something_saves_afte
     assert _rerun_matmuls(reentrant=True) == 7          # the whole forward again
     assert _rerun_matmuls(reentrant=False) == 6         # early stop: not the down projection
     assert _rerun_matmuls(reentrant=False, dropout=0.1) == 7   # its dropout mask saves after
+    assert _rerun_matmuls(reentrant=False, function_down=True) == 7   # saves after its matmul
 
 
-def _rerun(fw: str, model: str = "llama2-7b", **kw) -> list[str]:
+def _rerun(fw: str, model: str = "llama2-7b", precision_fp8: bool = False, **kw) -> list[str]:
     m = get_preset(model)
-    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16",
-                               recompute="full", **kw), fw)
-    return [o.name for o in recompute_ops(layer_ops(m, layer_shape(m, plan)), plan)]
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, recompute="full",
+                               precision="fp8" if precision_fp8 else "bf16", **kw), fw,
+                          set(kw))
+    return [o.name for o in recompute_ops(layer_ops(m, layer_shape(m, plan), 1), plan, m)]
 
 
 def test_frameworks_on_torchs_checkpoint_rerun_all_but_the_down_projection():
@@ -115,3 +134,15 @@ def test_the_step_loses_one_down_projection_per_layer():
     flops = per_gpu(b) - per_gpu(a)
     assert flops == pytest.approx(m.n_layers * fc2.model_flops, rel=1e-6)
     assert a.step_time_s < b.step_time_s
+
+
+def test_the_last_gemm_reruns_where_something_saves_after_it():
+    """ZeRO-3's memory-efficient linear and FP8 Linears are autograd Functions (saving after
+    their GEMM), and Gemma 2's post-feed-forward norm saves the down projection's output:
+    each re-runs the down projection under early stop too."""
+    assert _rerun("deepspeed", zero_stage=3)[-1] == "mlp_fc2_recompute"   # not the add
+    assert "mlp_fc2_recompute" not in _rerun("deepspeed", zero_stage=1)
+    assert "mlp_fc2_recompute" in _rerun("torchtitan", precision_fp8=True)
+    assert "mlp_fc2_recompute" in _rerun("hf", model="gemma2-9b")
+    assert "mlp_fc2_recompute" not in _rerun("hf", model="llama3-8b")
+
