@@ -41,7 +41,8 @@ from .registry import command
 # ---- hardware (the CLI is the one simulator module allowed to load hardware_db) -----------
 
 
-def _recompute_args(p: argparse.ArgumentParser) -> None:
+def add_recompute_args(p) -> None:
+    """--recompute and --recompute-layers (a parser or an argument group)."""
     p.add_argument("--recompute", default="none", help="none, selective, full")
     p.add_argument("--recompute-layers", type=int, default=0, metavar="N",
                    help="with --recompute full: recompute only the first N layers of each "
@@ -71,7 +72,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step (transformers)")
     p.add_argument("--seq-len", type=int)
     p.add_argument("--sequence-parallel", action="store_true")
-    _recompute_args(p)
+    add_recompute_args(p)
     _sharding_args(p)
     p.add_argument("--precision", default=None,
                    help="fp32, fp16, bf16, fp8 (default bf16; fp32 for --module)")

@@ -35,7 +35,7 @@ from ..search.executor import ExecutorKind
 from ..search.space import SearchSpace
 from ..workload import resolve_model
 from ..workload.spec import TransformerSpec
-from .commands import add_moe_args, plan_from_args
+from .commands import add_moe_args, add_recompute_args, plan_from_args
 from .fabric_choices import (
     add_fabric_alternatives,
     fabric_choices,
@@ -491,7 +491,7 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vpp", type=int, default=1)
     g.add_argument("--micro-batch", type=int, default=1)
     g.add_argument("--sequence-parallel", action="store_true")
-    g.add_argument("--recompute", default="none")
+    add_recompute_args(g)
     g.add_argument("--zero-stage", type=int, default=0)
     g.add_argument("--precision", default="bf16")
     g.add_argument("--schedule", default=None)

@@ -187,7 +187,8 @@ def _plan_text(p: dict[str, Any]) -> str:
     s = f"tp{p['tp']} pp{p['pp']} dp{p['dp']}"
     s += f" cp{p['cp']}" if p["cp"] > 1 else ""
     s += f" zero{p['zero_stage']}" if p["zero_stage"] else ""
-    return s + f" mb{p['micro_batch']} {p['recompute']} {p['precision']}"
+    rc = f"{p['recompute']}:{p['recompute_layers']}" if p.get("recompute_layers") else p["recompute"]
+    return s + f" mb{p['micro_batch']} {rc} {p['precision']}"
 
 
 def format_window_sweep(sw: WindowSweep) -> str:

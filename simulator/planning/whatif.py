@@ -169,10 +169,13 @@ def _plan_variants(plan: Plan, cluster: ClusterSpec) -> list[tuple[str, str, Pla
     for mb in (plan.micro_batch * 2, plan.micro_batch // 2):
         if mb >= 1:
             out.append(("micro_batch", f"{plan.micro_batch} -> {mb}", replace(plan, micro_batch=mb)))
+    now = plan.recompute.value + (f":{plan.recompute_layers}" if plan.recompute_layers else "")
     for rc in Recompute:
         if rc != plan.recompute:
-            out.append(("recompute", f"{plan.recompute.value} -> {rc.value}",
+            out.append(("recompute", f"{now} -> {rc.value}",
                         replace(plan, recompute=rc, recompute_layers=0)))
+    if plan.recompute_layers:                # a partial full recompute: every layer
+        out.append(("recompute", f"{now} -> full", replace(plan, recompute_layers=0)))
     has_fp8 = cluster.gpu.peak_tflops.get("fp8", 0) > 0
     if plan.precision == Dtype.BF16 and has_fp8:
         out.append(("precision", "bf16 -> fp8", replace(plan, precision=Dtype.FP8)))
