@@ -38,7 +38,7 @@ from ..cost.layer import (
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import ChunkMemory, grad_reduce_bytes
+from ..memory.accounting import ChunkMemory, grad_reduce_bytes, zero3_kept_layers
 from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
@@ -496,6 +496,14 @@ def _fsdp_collectives(params: float, dense: float, plan: Plan,
     return ag, rs, ar
 
 
+def _kept_layers(plan: Plan, params: float, n_layers: int, edge_params: float) -> int:
+    """Layers whose gathered parameters ZeRO-3 keeps into their backward (the reuse window,
+    ``memory.accounting.zero3_kept_layers``; the edge parameters stand for the output
+    layer's), so they are not gathered again."""
+    return zero3_kept_layers(n_layers, (params - edge_params) / max(n_layers, 1), edge_params,
+                             plan.memory.zero3_reuse_window_params)
+
+
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile,
                    cluster: ClusterSpec, edge_params: float = 0.0,
@@ -523,7 +531,8 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     with them."""
     g = _fsdp_groups(plan, groups)[0]
     once, f = fsdp_once_per_step(plan), fsdp_per_step(plan)
-    regather = 0.0 if once else 1.0
+    kept = _kept_layers(plan, params, n_layers, edge_params)
+    regather = 0.0 if once else 1.0 - kept / max(n_layers, 1)   # kept layers: no re-gather
     c_bytes, r = (4 if plan.precision.value == "fp32" else 2), grad_reduce_bytes(plan)
     w_bytes, r_bytes = params * c_bytes, params * r
     ag_c, rs_c, ar_c = _fsdp_collectives(params, params if dense is None else dense, plan,
@@ -545,7 +554,8 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     for pc, comm, what, nbytes, lead in (
             (fwd, f * ag, "fsdp all-gather", f * w_bytes, edge_ag + first_layer),
             (bwd, max(regather * ag + cat + f * rs, f * ar), what_bwd,
-             regather * w_bytes + f * r_bytes, regather * first_layer + edge_rs)):
+             regather * w_bytes + f * r_bytes, (0.0 if kept else regather) * first_layer
+             + edge_rs)):
         busy = pc.total_s
         lead = min(lead, comm)        # priced one unit at a time, never more than the lane
         exposed = f * (rs + ar) + lead if pc is bwd and once else \

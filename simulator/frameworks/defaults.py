@@ -163,6 +163,10 @@ class FrameworkMemory:
     # full recompute through torch's non-reentrant checkpoint, whose early stop re-runs a
     # layer's forward only up to its last saved tensor (engine.recompute.early_stopped)
     recompute_early_stop: bool = False
+    # ZeRO-3 keeps a layer's gathered parameters from its forward to its backward when fewer
+    # than this many parameter elements are fetched in between (DeepSpeed's
+    # stage3_max_reuse_distance; memory.accounting.zero3_kept_layers); 0: always released
+    zero3_reuse_window_params: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),

@@ -19,6 +19,8 @@ are gone: the peak is ``state + max(activations + working set, step transient)``
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from ..hardware.specs import Dtype
@@ -208,6 +210,20 @@ def grad_reduce_bytes(plan: Plan) -> int:
     return 4
 
 
+def zero3_kept_layers(layers: float, layer_params: float, head_params: float,
+                      window: float) -> int:
+    """Layers of a chunk (of ``layer_params`` each) whose gathered parameters ZeRO-3 keeps
+    from forward to backward: the last ``k`` layers, for which the trace between a layer's
+    two uses (the later layers' forward and backward, and the output layer's
+    ``head_params`` twice) fetches fewer than ``window`` parameter elements:
+    ``2 k layer_params + 2 head_params < window`` (DeepSpeed's stage3_max_reuse_distance,
+    ``MemoryConventions.zero3_reuse_window_params``; 0: none)."""
+    room = window - 2.0 * head_params
+    if window <= 0 or layer_params <= 0 or room <= 0 or layers <= 0:
+        return 0
+    return int(min(layers, math.ceil(room / (2.0 * layer_params))))
+
+
 def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, float, float]:
     """ZeRO-3 / FSDP gathered parameters and gradients at three moments: the loss, the
     start of a layer's backward, its end. The root's parameters (embedding, output layer)
@@ -236,6 +252,9 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     root = 0.0 if c.fsdp_root_resharded else pb * sum(ch.edge_params for ch in chunks)
     layer = max(ch.max_layer_params for ch in chunks)
     ahead = c.fsdp_prefetch_layers * layer * pb
+    kept = max(zero3_kept_layers((ch.params - ch.edge_params) / layer, layer, ch.edge_params,
+                                 c.zero3_reuse_window_params) for ch in chunks) if layer else 0
+    root += max(0, kept - 1) * layer * pb           # kept beyond the one gathered anyway
     return (root + layer * pb, root + layer * pb + ahead,
             root + ahead + layer * max(2 * pb, pb + grad_reduce_bytes(plan)))
 

@@ -70,6 +70,7 @@ class MemoryConventions:
     selective_recompute: str = "attention"   # Recompute.SELECTIVE: "attention" or "op" (SAC)
     param_layout: str = "fused"              # the model code's Linears (cost.host.ParamLayout)
     recompute_early_stop: bool = False       # full recompute by torch's non-reentrant checkpoint
+    zero3_reuse_window_params: float = 0.0   # ZeRO-3 keeps gathers reused within this (elements)
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -129,4 +130,5 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         moe_weighted_activation=fw.moe_weighted_activation,
         eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code,
         selective_recompute=fw.selective_recompute, param_layout=fw.param_layout,
-        recompute_early_stop=fw.recompute_early_stop, framework=fw.name)
+        recompute_early_stop=fw.recompute_early_stop,
+        zero3_reuse_window_params=fw.zero3_reuse_window_params, framework=fw.name)

@@ -204,3 +204,47 @@ def test_zero3_under_recompute_gathers_again_only_without_prefetch_and_reuse(zer
         plain = ds.collective_counts(1, False, ds.STAGE3_PLAIN_LINEAR, zero).get(ag, (0, 0))
         rc = ds.collective_counts(1, False, ds.STAGE3_RECOMPUTE, zero).get(ag, (0, 0))
         assert rc[0] - plain[0] == extra
+
+
+def test_regather_kind_is_zero3_plain_with_the_limits_at_zero():
+    z = ds.config(ds.STAGE3_REGATHER, 32)["zero_optimization"]
+    plain = ds.config(ds.STAGE3_PLAIN_LINEAR, 32)["zero_optimization"]
+    assert z == {**plain, "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0}
+    assert set(ds.timed_kinds((ds.STAGE3_REGATHER,))) == {ds.STAGE3_REGATHER,
+                                                           ds.STAGE3_PLAIN_LINEAR}
+
+
+def test_regather_costs_beyond_zero3_keeping_the_parameters():
+    """Re-gathering costs ``again`` more per tensor in backward (the edge tensors' too)."""
+    hooks, again, const = 20.0, 7.0, 30.0
+    t = _timings(hooks, 0.0, const, kinds=(ds.STAGE3_PLAIN_LINEAR,))
+    for s in ds.BLOCKS:
+        for n in HOST_LAYERS:
+            pf, pb = t[(ds.STAGE3_PLAIN_LINEAR, s, n)]
+            t[(ds.STAGE3_REGATHER, s, n)] = (pf, pb + again * (n * ds.tensors_per_layer(s) + EDGE))
+    f, b = ds.regather_costs(t, 0), ds.regather_costs(t, 1)
+    assert f["over_tensor"] == pytest.approx(0.0, abs=1e-9)
+    assert b["tensor"] == pytest.approx(2 * hooks + again)
+    assert b["over_tensor"] == pytest.approx(again) and b["over_slope"] == pytest.approx(again)
+    assert b["over_layer9"] == pytest.approx(9 * again)
+    assert b["over_rest"] == pytest.approx(0.0, abs=1e-9)
+    rows = ds.metric_rows(t, (ds.STAGE3_REGATHER,))
+    assert {m for m, _, _ in rows} == {ds.REGATHER_MECHANISM}
+    tag = ds.TAGS[ds.STAGE3_REGATHER]
+    assert (ds.REGATHER_MECHANISM, f"{tag}, per parameter tensor, {ds.BEYOND_REGATHER}, bwd",
+            pytest.approx(again)) in rows
+
+
+def test_zero3_regather_all_gathers_every_partitioned_tensor_again_in_backward(zero3_env):
+    """DeepSpeed 0.19.8: at the timed 1e9 limits no parameter is gathered in backward (all
+    stay gathered from forward); with ``REGATHER``'s 0 limits each partitioned tensor of a
+    layer (all but its two norms, persistent) is all-gathered once in backward too, and the
+    forward's all-gathers are the same."""
+    ag = "all_gather_into_tensor"
+    for s in ds.BLOCKS:
+        partitioned = ds.tensors_per_layer(s) - 2
+        plain = ds.collectives_per_layer(s, ds.STAGE3_PLAIN_LINEAR)
+        rg = ds.collectives_per_layer(s, ds.STAGE3_REGATHER)
+        assert plain.get(("bwd", ag), (0, 0))[0] == 0
+        assert rg[("fwd", ag)] == plain[("fwd", ag)] and rg[("fwd", ag)][0] == partitioned
+        assert rg[("bwd", ag)] == rg[("fwd", ag)]
