@@ -37,6 +37,21 @@ tensor, torch re-runs the layer's ``forward`` inside the backward graph task, an
 pre-forward (fetch) and post-forward (release) hooks of the layer's submodules fire again
 (zero/parameter_offload.py ``_pre_forward_module_hook``, ``_post_forward_module_hook``).
 ``collectives_per_layer`` counts what the fake group is asked for meanwhile.
+
+ZeRO-3 re-gathering in backward (``STAGE3_REGATHER``, ``python -m calibrate.bench_framework
+--only deepspeed_zero3_regather``): the same ZeRO-3 engine (memory_efficient_linear off) with
+``stage3_max_live_parameters`` and ``stage3_max_reuse_distance`` 0 (``REGATHER``), against
+the bare model and against ZeRO-3 as timed above: this tiny model is far below DeepSpeed's
+1e9 defaults, so there every partitioned parameter stays gathered from its forward use to
+its backward use, where a model larger than those limits releases it after forward and
+fetches it again in backward. DeepSpeed 0.19.8, runtime/zero/partitioned_param_coordinator.py:
+``__params_to_release`` (634-664) keeps a module's parameters whenever they are used again
+within ``max_reuse_distance`` numel of the trace (655-662: 0 ends the scan before the first
+module) or when the prefetcher marked a later use as skipped (649-651); the prefetcher scans
+at most ``max_live_parameters`` minus the gathered numel (453: 0 stops it, so it marks
+nothing). With both 0 every partitioned tensor is released after its forward use and
+all-gathered again in its backward (``collectives_per_layer``: per layer 4 / 7 all-gathers in
+backward, none before); the forward's all-gathers are unchanged.
 """
 from __future__ import annotations
 
@@ -50,7 +65,10 @@ STAGE1_ACCUMULATING = "1acc"            # ZeRO-1 off the accumulation boundary
 STAGE3_PLAIN_LINEAR = "3plain"          # ZeRO-3 with memory_efficient_linear off
 STAGE3_RECOMPUTE = "3rc"                # the same, every layer checkpointed (full recompute)
 BARE_RECOMPUTE = "bare_rc"              # the bare model, every layer checkpointed
-KINDS = STAGES + (STAGE1_ACCUMULATING, STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE)
+STAGE3_REGATHER = "3rg"                 # 3plain, parameters released after forward
+KINDS = STAGES + (STAGE1_ACCUMULATING, STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE, STAGE3_REGATHER)
+REGATHER = {"stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0}
+PLAIN_LINEAR = (STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE, STAGE3_REGATHER)
 BF16 = False                            # True: the engines in bf16, the bare model cast to it
 
 
@@ -72,16 +90,18 @@ def version() -> str:
 def config(kind: int | str, hidden: int) -> dict:
     """The DeepSpeed config of one case ``kind``: a ZeRO stage, ``STAGE1_ACCUMULATING``
     (stage 1, 2 accumulation steps), ``STAGE3_PLAIN_LINEAR`` (stage 3 without
-    ``memory_efficient_linear``) or ``STAGE3_RECOMPUTE`` (the same config; the model's
-    layers checkpointed); ``BF16``, no overlap, ZeRO-3 sizes as HF's "auto" at
-    ``hidden``."""
-    stage = {STAGE1_ACCUMULATING: 1, STAGE3_PLAIN_LINEAR: 3, STAGE3_RECOMPUTE: 3}.get(kind, kind)
+    ``memory_efficient_linear``), ``STAGE3_RECOMPUTE`` (the same config; the model's
+    layers checkpointed) or ``STAGE3_REGATHER`` (the same, with ``REGATHER``'s limits);
+    ``BF16``, no overlap, ZeRO-3 sizes as HF's "auto" at ``hidden``."""
+    stage = 1 if kind == STAGE1_ACCUMULATING else 3 if kind in PLAIN_LINEAR else kind
     zero: dict = {"stage": stage, "overlap_comm": False}
     if stage == 3:
         zero.update(reduce_bucket_size=hidden * hidden,
                     stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
                     stage3_param_persistence_threshold=10 * hidden,
-                    memory_efficient_linear=kind not in (STAGE3_PLAIN_LINEAR, STAGE3_RECOMPUTE))
+                    memory_efficient_linear=kind not in PLAIN_LINEAR)
+    if kind == STAGE3_REGATHER:
+        zero.update(REGATHER)
     return {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": BF16},
             "gradient_accumulation_steps": 2 if kind == STAGE1_ACCUMULATING else 1,
             "zero_optimization": zero, "zero_allow_untested_optimizer": True,
@@ -166,8 +186,10 @@ def _launcher_env() -> None:
 
 def timed_kinds(kinds=KINDS) -> tuple:
     """The case kinds ``kinds`` need timed: ``STAGE3_RECOMPUTE`` also needs the bare model
-    under the same checkpointing and ZeRO-3 without recompute."""
+    under the same checkpointing and ZeRO-3 without recompute, ``STAGE3_REGATHER`` ZeRO-3
+    as timed without its limits."""
     extra = (STAGE3_PLAIN_LINEAR, BARE_RECOMPUTE) if STAGE3_RECOMPUTE in kinds else ()
+    extra += (STAGE3_PLAIN_LINEAR,) if STAGE3_REGATHER in kinds else ()
     return tuple(kinds) + tuple(k for k in extra if k not in kinds)
 
 
@@ -292,14 +314,31 @@ def recompute_costs(t: dict, pas: int) -> dict[str, float]:
     return {**rc, **over}
 
 
+def regather_costs(t: dict, pas: int) -> dict[str, float]:
+    """ZeRO-3 (memory_efficient_linear off) releasing every partitioned parameter after
+    forward and gathering it again in backward (``STAGE3_REGATHER``), in pass ``pas``,
+    microseconds: its ``split_costs`` over the bare model and, ``over_*``, the part beyond
+    ZeRO-3 keeping them gathered (``STAGE3_PLAIN_LINEAR``'s): per layer of 6 / 9 tensors,
+    per tensor (pooled), the slope and the per-micro-batch rest (the ``edge_tensors`` are
+    released and gathered again too, so each rest is left at its own pooled rate)."""
+    rg = split_costs(t, STAGE3_REGATHER, pas)
+    plain = split_costs(t, STAGE3_PLAIN_LINEAR, pas)
+    return {**rg, **{f"over_{k}": rg[k] - plain[k] for k in OVER}}
+
+
 RECOMPUTE_MECHANISM = "deepspeed_zero3_recompute"
+REGATHER_MECHANISM = "deepspeed_zero3_regather"
 MECHANISMS = {1: "deepspeed_zero1_grad_hooks", STAGE1_ACCUMULATING: "deepspeed_zero1_grad_hooks",
               2: "deepspeed_zero2_grad_hooks", 3: "deepspeed_zero3_hooks",
-              STAGE3_PLAIN_LINEAR: "deepspeed_zero3_hooks", STAGE3_RECOMPUTE: RECOMPUTE_MECHANISM}
+              STAGE3_PLAIN_LINEAR: "deepspeed_zero3_hooks", STAGE3_RECOMPUTE: RECOMPUTE_MECHANISM,
+              STAGE3_REGATHER: REGATHER_MECHANISM}
 TAGS = {STAGE1_ACCUMULATING: "ZeRO-1 off the accumulation boundary",
         STAGE3_PLAIN_LINEAR: "ZeRO-3 without memory_efficient_linear",
-        STAGE3_RECOMPUTE: "ZeRO-3 under full recompute without memory_efficient_linear"}
+        STAGE3_RECOMPUTE: "ZeRO-3 under full recompute without memory_efficient_linear",
+        STAGE3_REGATHER: "ZeRO-3 re-gathering in backward (max live parameters and reuse "
+                         "distance 0) without memory_efficient_linear"}
 BEYOND = "beyond ZeRO-3 without recompute"
+BEYOND_REGATHER = "beyond ZeRO-3 keeping parameters gathered to backward"
 
 
 def _kind_rows(t: dict, kind: int | str, pas: str, i: int) -> list[tuple[str, float]]:
@@ -319,6 +358,14 @@ def _kind_rows(t: dict, kind: int | str, pas: str, i: int) -> list[tuple[str, fl
             (f"per parameter tensor of a recomputed layer, {BEYOND}, {pas}", c["over_tensor"]),
             (f"per parameter tensor, 6 vs 9 slope, {BEYOND}, {pas}", c["over_slope"]),
             (f"per micro-batch, rest, {BEYOND}, {pas}", c["over_rest"])]
+    if kind == STAGE3_REGATHER:
+        c = regather_costs(t, i)
+        return _split_rows(c, pas) + [
+            (f"per layer of 6 tensors, {BEYOND_REGATHER}, {pas}", c["over_layer6"]),
+            (f"per layer of 9 tensors, {BEYOND_REGATHER}, {pas}", c["over_layer9"]),
+            (f"per parameter tensor, {BEYOND_REGATHER}, {pas}", c["over_tensor"]),
+            (f"per parameter tensor, 6 vs 9 slope, {BEYOND_REGATHER}, {pas}", c["over_slope"]),
+            (f"per micro-batch, rest, {BEYOND_REGATHER}, {pas}", c["over_rest"])]
     return _split_rows(split_costs(t, kind, i), pas)
 
 
@@ -412,10 +459,53 @@ def recompute_collectives() -> str:
             + "; ".join(parts))
 
 
+def regather_collectives() -> str:
+    """All-gathers per layer, forward and backward, of ZeRO-3 as timed and with
+    ``REGATHER``'s limits (``collectives_per_layer``), as text for the rows."""
+    _launcher_env()
+    parts = []
+    for pas in ("fwd", "bwd"):
+        cells = []
+        for kind in (STAGE3_PLAIN_LINEAR, STAGE3_REGATHER):
+            c = [collectives_per_layer(s, kind).get((pas, "all_gather_into_tensor"), (0, 0))
+                 for s in BLOCKS]
+            cells.append(" / ".join(f"{n:g} ({b / 1024:g} KiB)" for n, b in c))
+        parts.append(f"{pas} {cells[0]} keeping, {cells[1]} re-gathering")
+    return ("all_gather_into_tensor per layer of 6 / 9 tensors, calls (bytes) to "
+            "deepspeed.comm: " + "; ".join(parts))
+
+
+def collective_notes(kinds) -> dict[str, str]:
+    """The counted collectives' text of the mechanisms among ``kinds`` that store it."""
+    notes = {}
+    if STAGE3_RECOMPUTE in kinds:
+        notes[RECOMPUTE_MECHANISM] = recompute_collectives()
+    if STAGE3_REGATHER in kinds:
+        notes[REGATHER_MECHANISM] = regather_collectives()
+    return notes
+
+
+def _regather_method(op: dict[str, float], pressure: float, note: str) -> str:
+    lo, hi = HOST_LAYERS
+    return (f"DeepSpeed {version()} ZeRO-3 engine (DS_ACCELERATOR=cpu, fake pg x2, "
+            f"{'bf16' if BF16 else 'fp32'}, overlap_comm off, gradient_accumulation_steps 1, "
+            "buckets and persistence as HF auto at hidden 32, memory_efficient_linear off, "
+            "stage3_max_live_parameters 0 and stage3_max_reuse_distance 0: every partitioned "
+            "parameter released after forward and all-gathered again in backward, "
+            "partitioned_param_coordinator.py __params_to_release) - the bare model, "
+            f"{lo} vs {hi} layers, blocks of 6 and 9 tensors; '{BEYOND_REGATHER}' = that - "
+            "(ZeRO-3 without memory_efficient_linear at the 1e9 defaults - the bare model), "
+            f"timed interleaved with the host probe (bwd op {op['bwd']:.2f} us, CPU pressure "
+            f"{pressure:.2f}); {note}")
+
+
 def method(op: dict[str, float], pressure: float, mechanism: str = "", note: str = "") -> str:
     """The CSV rows' method text, with the probe's backward cost and the CPU pressure
-    (``mechanism`` ``RECOMPUTE_MECHANISM``: its own, with ``note``)."""
+    (``mechanism`` ``RECOMPUTE_MECHANISM`` or ``REGATHER_MECHANISM``: its own, with
+    ``note``)."""
     lo, hi = HOST_LAYERS
+    if mechanism == REGATHER_MECHANISM:
+        return _regather_method(op, pressure, note)
     if mechanism == RECOMPUTE_MECHANISM:
         return (f"DeepSpeed {version()} ZeRO-3 engine (DS_ACCELERATOR=cpu, fake pg x2, "
                 f"{'bf16' if BF16 else 'fp32'}, overlap_comm off, gradient_accumulation_steps "

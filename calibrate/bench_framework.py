@@ -45,6 +45,11 @@
   checkpointing, and what that adds beyond ZeRO-3 without recompute, per parameter tensor
   of a recomputed layer; the all-gathers and reduce-scatters per layer in backward are
   counted and written into the rows' method.
+* ``deepspeed_zero3_regather``: the same ZeRO-3 engine with ``stage3_max_live_parameters``
+  and ``stage3_max_reuse_distance`` 0, so that, as in a model larger than those limits,
+  every partitioned parameter is released after forward and all-gathered again in
+  backward: its extra over the bare model and beyond ZeRO-3 keeping the parameters
+  gathered, per parameter tensor; the all-gathers per layer are counted into the method.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -255,9 +260,9 @@ def hf_rows(base: dict) -> list[dict]:
 
 def deepspeed_rows(base: dict, only: frozenset[str] = frozenset()) -> list[dict]:
     """``deepspeed_zero1_grad_hooks`` / ``_zero2_grad_hooks`` / ``_zero3_hooks`` /
-    ``_zero3_recompute`` rows (``calibrate.bench_deepspeed``) of those ``only`` names (all
-    when empty; none when it names others), the last with the collectives counted per
-    layer; none, with a message on stderr, without DeepSpeed."""
+    ``_zero3_recompute`` / ``_zero3_regather`` rows (``calibrate.bench_deepspeed``) of those
+    ``only`` names (all when empty; none when it names others), the last two with the
+    collectives counted per layer; none, with a message on stderr, without DeepSpeed."""
     import types
 
     from . import bench_deepspeed as ds
@@ -283,9 +288,10 @@ def deepspeed_rows(base: dict, only: frozenset[str] = frozenset()) -> list[dict]
         print(f"deepspeed_zero*_hooks: host busy ({pressure:.0%} CPU pressure), rows suspect",
               file=sys.stderr)
     b = {**base, "op_fwd_us_same_run": round(op["fwd"], 2)}
-    note = ds.recompute_collectives() if ds.STAGE3_RECOMPUTE in kinds else ""
+    notes = ds.collective_notes(kinds)
     return [r for mech, metric, us in ds.metric_rows(t, kinds)
-            for r in _mechanism_rows(b, op["fwd"], mech, ds.method(op, pressure, mech, note),
+            for r in _mechanism_rows(b, op["fwd"], mech,
+                                     ds.method(op, pressure, mech, notes.get(mech, "")),
                                      [(metric, us)])]
 
 

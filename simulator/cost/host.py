@@ -189,7 +189,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
                     calls: int = 0, mode: str = "eager", recompute_calls: int = 0,
                     recompute_layers: int = 0, edge_units: int = 0,
                     boundary_share: float = 1.0, recompute_tensors: int = 0,
-                    modules: tuple[int, int] | None = None) -> tuple[HostCost, HostCost]:
+                    modules: tuple[int, int] | None = None,
+                    regather_modules: int = 0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -206,7 +207,9 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     (``recompute_param_tensor_bwd_eager_ops``) for the ``recompute_tensors`` of the
     recomputed layers in the backward (a mechanism whose hooks are per module,
     ``hooks_per_module``, counts ``modules`` instead: the chunk's and the recomputed layers'
-    weight tensors, biases left out); where a mechanism costs less
+    weight tensors, biases left out; ``regather_modules`` of them are released after forward
+    and gathered again in backward, ``regather_param_tensor_*_eager_ops`` more each); where
+    a mechanism costs less
     off the gradient-accumulation boundary (``*_accumulating``), a backward pays that plus
     ``boundary_share`` (one over the step's micro-batches) of the difference."""
     scale = host_mode(mode).op_scale
@@ -222,12 +225,14 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
                           m.recompute_layer_bwd_eager_ops * scale)
         fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * call_f \
             + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops \
-            + t * m.param_tensor_fwd_eager_ops
+            + t * m.param_tensor_fwd_eager_ops \
+            + regather_modules * m.regather_param_tensor_fwd_eager_ops
         bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
             + t * _by_share(m.param_tensor_bwd_eager_ops,
                                   m.param_tensor_bwd_eager_ops_accumulating, boundary_share) \
             + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b) \
-            + rt * m.recompute_param_tensor_bwd_eager_ops
+            + rt * m.recompute_param_tensor_bwd_eager_ops \
+            + regather_modules * m.regather_param_tensor_bwd_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

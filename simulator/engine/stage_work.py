@@ -307,6 +307,9 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         counts = replace(counts, edge_tensors=param_tensors(extra, layout),
                          edge_modules=param_tensors(extra, layout.weights_only()),
                          calls=counts.calls + linear_calls(extra, layout))
+    edge = _fsdp_edge_params(model, plan, first, last)
+    counts = replace(counts, regather_layers=len(layers) - _kept_layers(plan, params,
+                                                                          len(layers), edge))
     _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
@@ -315,8 +318,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
-                       _fsdp_edge_params(model, plan, first, last), dense)
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster, edge, dense)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
@@ -339,6 +341,7 @@ class _Counts:
     layer_modules: int = 0
     edge_modules: int = 0
     rc_modules: int = 0
+    regather_layers: int = 0         # ZeRO-3 layers gathered again in backward (_kept_layers)
 
     def add_layers(self, n: int, tensors: tuple[int, int], calls: int,
                    rerun: bool) -> "_Counts":
@@ -372,7 +375,9 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
                                          plan.grad_bytes, chunk_passes(plan))
     hf, hb = mechanisms_host(plan.host_mechanisms, layers, tensors, prof, calls, plan.host_mode,
                              edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches,
-                             modules=(counts.layer_modules + counts.edge_modules, 0))
+                             modules=(counts.layer_modules + counts.edge_modules, 0),
+                             regather_modules=round(counts.layer_modules * counts.regather_layers
+                                                    / max(layers, 1)))
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,

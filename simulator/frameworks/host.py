@@ -69,6 +69,9 @@ class HostMechanism:
     ``hooks_per_module``: the per-parameter-tensor costs were measured on modules of one
     tensor each and are hooks per module (ZeRO-3's fetch and release): charged per weight,
     a module's bias not counted;
+    ``regather_param_tensor_fwd_eager_ops`` / ``_bwd_``: per parameter tensor (module) of a
+    layer ZeRO-3 releases after its forward and gathers again in backward, beyond one kept
+    gathered between them (the release, the second fetch);
     ``recompute_param_tensor_bwd_eager_ops``: per parameter tensor of a layer full recompute
     re-runs, in backward (ZeRO-3's module hooks firing again in the re-run forward);
     ``recompute_layer_fwd_eager_ops`` / ``recompute_layer_bwd_eager_ops``: per layer
@@ -138,6 +141,8 @@ class HostMechanism:
     recompute_layer_fwd_eager_ops: float = 0.0
     recompute_layer_bwd_eager_ops: float = 0.0
     recompute_param_tensor_bwd_eager_ops: float = 0.0
+    regather_param_tensor_fwd_eager_ops: float = 0.0
+    regather_param_tensor_bwd_eager_ops: float = 0.0
     linears_as_functions: bool = False
     hooks_per_module: bool = False
     moe_layer_fwd_eager_ops: float = 0.0

@@ -64,6 +64,10 @@ CHARGED = [
     (Z3, "recompute_param_tensor_bwd_eager_ops", "deepspeed_zero3_recompute:ZeRO-3 under "
      "full recompute without memory_efficient_linear, per parameter tensor of a recomputed "
      "layer, beyond ZeRO-3 without recompute, bwd"),
+    *((Z3, f"regather_param_tensor_{pas}_eager_ops", "deepspeed_zero3_regather:ZeRO-3 "
+       "re-gathering in backward (max live parameters and reuse distance 0) without "
+       "memory_efficient_linear, per parameter tensor, beyond ZeRO-3 keeping parameters "
+       f"gathered to backward, {pas}") for pas in ("fwd", "bwd")),
 ]
 
 
@@ -146,11 +150,14 @@ def test_each_mechanism_exists_only_at_its_zero_stage():
 
 
 def _chunk_pair(mech: str, zero: int, op_us: float = 10.0, **kw):
-    """The only chunk of MODEL on 2 H100 at ZeRO ``zero``, without and with ``mech``."""
+    """The only chunk of MODEL on 2 H100 at ZeRO ``zero``, without and with ``mech``, with
+    DeepSpeed's reuse window (MODEL fits it: every layer stays gathered into backward)."""
     c = Coefficient(op_us, "us", "test")
     prof = dataclasses.replace(hardware_db.load_profile("h100-sxm"), host=HostModel(c, c))
     cl = hardware_db.build_cluster("h100-sxm", 2)
     plain = Plan(dp=2, micro_batch=1, global_batch=2, zero_stage=zero, **kw)
+    plain = dataclasses.replace(plain, memory=dataclasses.replace(
+        plain.memory, zero3_reuse_window_params=1e9))
     return tuple(build_chunks(MODEL, p, cl, prof, place_groups(cl, p))[0][0]
                  for p in (plain, dataclasses.replace(plain, host_mechanisms=(mech,))))
 
@@ -234,3 +241,31 @@ def test_zero1_pays_the_boundary_once_per_step():
             m.model_bwd_eager_ops - m.model_bwd_eager_ops_accumulating) / n
         assert b.seconds == pytest.approx(100 * per * us, rel=1e-6)
         assert mb.seconds == pytest.approx(const * us, rel=1e-6)
+
+
+def test_zero3_layers_outside_the_reuse_window_pay_the_release_and_second_fetch():
+    """Llama-2 7B keeps only its last 2 of 32 layers gathered into backward: the other 30
+    layers' modules pay the measured release (forward) and second fetch (backward)."""
+    from simulator.cost.host import ParamLayout, param_tensors
+    from simulator.workload.ops import layer_ops
+    from simulator.engine.stage_work import layer_shape
+    from simulator.workload.presets import get_preset
+    m = get_preset("llama2-7b")
+    cl = hardware_db.build_cluster("h100-sxm", 8)
+    c = Coefficient(10.0, "us", "test")
+    prof = dataclasses.replace(hardware_db.load_profile("h100-sxm"), host=HostModel(c, c))
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16",
+                               zero_stage=3), "deepspeed", {"zero_stage"})
+    far = dataclasses.replace(plan, memory=dataclasses.replace(
+        plan.memory, zero3_reuse_window_params=0.0))
+    a, b = (build_chunks(m, p, cl, prof, place_groups(cl, p))[0][0] for p in (plan, far))
+    mech = HOST.mechanisms[Z3]
+    lay = ParamLayout.of(m, plan.memory.param_layout).weights_only()
+    modules = param_tensors(layer_ops(m, layer_shape(m, plan)), lay)     # 9 per layer
+    assert modules == 9
+    # the window keeps 2 layers: b re-gathers 2 layers' modules more than a
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
+        2 * modules * mech.regather_param_tensor_fwd_eager_ops * 10e-6)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
+        2 * modules * mech.regather_param_tensor_bwd_eager_ops * 10e-6)
+
