@@ -45,10 +45,13 @@ class SimOp:
 
     @property
     def launches(self) -> int:
-        """Fixed-cost launches the cost model charges for it (one per GEMM / attention call,
-        ``kernels`` per bandwidth-bound op)."""
+        """Fixed-cost launches the cost model charges for it (one per GEMM kernel: a split
+        GEMM's parts each; one per attention call; a bandwidth-bound op's ``launches``, else
+        its ``kernels``), as ``cost.layer.compute_time_s`` prices them."""
         if self.op.kind == OpKind.MEMORY:
-            return self.count * max(1, self.op.kernels)
+            return self.count * (self.op.launches or max(1, self.op.kernels))
+        if self.op.kind == OpKind.GEMM:
+            return self.count * max(1, len(self.op.split))
         return self.count
 
 

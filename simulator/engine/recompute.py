@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..frameworks import HOST
 from ..hardware.specs import Dtype
 from ..parallel.plan import Plan, Recompute
 from ..workload import sac
@@ -69,12 +68,13 @@ def early_stopped(fwd: list[Op], gemm_saves_first: bool = True) -> list[Op]:
 def _early_stop(fwd: list[Op], plan: Plan, model: TransformerSpec | None) -> list[Op]:
     """``early_stopped`` for the plan's framework and the model: the last GEMM re-runs when
     a norm the op graph leaves out saves its output (``TransformerSpec.post_mlp_norm``), or
-    when the Linears are autograd Functions (a host mechanism's ``linears_as_functions``:
-    ZeRO-3's memory-efficient linear; FP8 Linears: torchao's Float8Linear, TE's modules)."""
+    when the Linears are autograd Functions (``zero3_linear_function`` at ZeRO stage 3:
+    DeepSpeed's memory-efficient linear; FP8 Linears: torchao's Float8Linear, TE's
+    modules)."""
     if model is not None and model.post_mlp_norm:
         return fwd
-    functions = plan.precision == Dtype.FP8 or any(
-        HOST.mechanisms[m].linears_as_functions for m in plan.host_mechanisms)
+    functions = plan.precision == Dtype.FP8 or (plan.memory.zero3_linear_function
+                                                and plan.zero_stage >= 3)
     return early_stopped(fwd, gemm_saves_first=not functions)
 
 

@@ -38,7 +38,7 @@ from ..cost.layer import (
 )
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import ChunkMemory, grad_reduce_bytes, zero3_kept_layers
+from ..memory.accounting import ChunkMemory, grad_reduce_bytes
 from ..memory.chunk import chunk_memory
 from ..network.collectives import Collective
 from ..network.fabric import fabric_of
@@ -308,8 +308,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
                          edge_modules=param_tensors(extra, layout.weights_only()),
                          calls=counts.calls + linear_calls(extra, layout))
     edge = _fsdp_edge_params(model, plan, first, last)
-    counts = replace(counts, regather_layers=len(layers) - _kept_layers(plan, params,
-                                                                          len(layers), edge))
+    counts = replace(counts, regather_layers=len(layers) - mem.zero3_kept_layers)
     _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
@@ -318,7 +317,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster, edge, dense)
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster, edge, dense,
+                       mem.zero3_kept_layers)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 
 
@@ -341,7 +341,7 @@ class _Counts:
     layer_modules: int = 0
     edge_modules: int = 0
     rc_modules: int = 0
-    regather_layers: int = 0         # ZeRO-3 layers gathered again in backward (_kept_layers)
+    regather_layers: int = 0         # ZeRO-3 layers gathered again in backward (not kept)
 
     def add_layers(self, n: int, tensors: tuple[int, int], calls: int,
                    rerun: bool) -> "_Counts":
@@ -501,18 +501,10 @@ def _fsdp_collectives(params: float, dense: float, plan: Plan,
     return ag, rs, ar
 
 
-def _kept_layers(plan: Plan, params: float, n_layers: int, edge_params: float) -> int:
-    """Layers whose gathered parameters ZeRO-3 keeps into their backward (the reuse window,
-    ``memory.accounting.zero3_kept_layers``; the edge parameters stand for the output
-    layer's), so they are not gathered again."""
-    return zero3_kept_layers(n_layers, (params - edge_params) / max(n_layers, 1), edge_params,
-                             plan.memory.zero3_reuse_window_params)
-
-
 def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                    groups: dict[str, GroupPlacement], prof: Profile,
                    cluster: ClusterSpec, edge_params: float = 0.0,
-                   dense: float | None = None) -> None:
+                   dense: float | None = None, kept_layers: int = 0) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
     each prefetched one layer ahead: exposed = lead + max(0, comm - lead - compute), the
     lead being what nothing can hide. In forward that is the first layer's gather and, on
@@ -533,11 +525,11 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     post-backward callback makes the compute stream wait for it), spread likewise. The
     mechanisms' passes on FSDP's streams (``cost.host.fsdp_lane_ops``: FSDP1's gradient cat
     beside the gathers, its cast and pre-division before each reduce-scatter) run in series
-    with them."""
+    with them. ``kept_layers``: layers ZeRO-3 keeps gathered
+    into their backward (``ChunkMemory.zero3_kept_layers``): not gathered again."""
     g = _fsdp_groups(plan, groups)[0]
     once, f = fsdp_once_per_step(plan), fsdp_per_step(plan)
-    kept = _kept_layers(plan, params, n_layers, edge_params)
-    regather = 0.0 if once else 1.0 - kept / max(n_layers, 1)   # kept layers: no re-gather
+    regather = 0.0 if once else 1.0 - kept_layers / max(n_layers, 1)   # kept: no re-gather
     c_bytes, r = (4 if plan.precision.value == "fp32" else 2), grad_reduce_bytes(plan)
     w_bytes, r_bytes = params * c_bytes, params * r
     ag_c, rs_c, ar_c = _fsdp_collectives(params, params if dense is None else dense, plan,
@@ -559,7 +551,7 @@ def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, p
     for pc, comm, what, nbytes, lead in (
             (fwd, f * ag, "fsdp all-gather", f * w_bytes, edge_ag + first_layer),
             (bwd, max(regather * ag + cat + f * rs, f * ar), what_bwd,
-             regather * w_bytes + f * r_bytes, (0.0 if kept else regather) * first_layer
+             regather * w_bytes + f * r_bytes, (0.0 if kept_layers else regather) * first_layer
              + edge_rs)):
         busy = pc.total_s
         lead = min(lead, comm)        # priced one unit at a time, never more than the lane

@@ -167,6 +167,8 @@ class FrameworkMemory:
     # than this many parameter elements are fetched in between (DeepSpeed's
     # stage3_max_reuse_distance; memory.accounting.zero3_kept_layers); 0: always released
     zero3_reuse_window_params: float = 0.0
+    # at ZeRO-3 every Linear is an autograd Function (DeepSpeed's memory-efficient linear)
+    zero3_linear_function: bool = False
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),

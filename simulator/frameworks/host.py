@@ -63,9 +63,6 @@ class HostMechanism:
     first stage and the batch's to every stage); where measured, those shares apart:
     ``model_first_fwd_eager_ops`` / ``model_first_bwd_eager_ops`` on the chunk holding the
     embedding, ``model_every_fwd_eager_ops`` on every chunk;
-    ``linears_as_functions``: the framework runs every Linear through its own
-    ``torch.autograd.Function`` (ZeRO-3's memory-efficient linear), which saves its inputs
-    only after its GEMM ran, so torch's checkpoint early stop re-runs a layer's last GEMM;
     ``hooks_per_module``: the per-parameter-tensor costs were measured on modules of one
     tensor each and are hooks per module (ZeRO-3's fetch and release): charged per weight,
     a module's bias not counted;
@@ -143,7 +140,6 @@ class HostMechanism:
     recompute_param_tensor_bwd_eager_ops: float = 0.0
     regather_param_tensor_fwd_eager_ops: float = 0.0
     regather_param_tensor_bwd_eager_ops: float = 0.0
-    linears_as_functions: bool = False
     hooks_per_module: bool = False
     moe_layer_fwd_eager_ops: float = 0.0
     moe_layer_bwd_eager_ops: float = 0.0

@@ -79,6 +79,7 @@ class ChunkMemory:
     loss_transient_bytes: float   # the loss's own peak (last chunk only)
     head_saved_bytes: float = 0.0  # of act_bytes, kept by the output layer and the loss
     wgrad_hold_bytes: float = 0.0  # kept per micro-batch from its B to its W (split backward)
+    zero3_kept_layers: int = 0     # layers ZeRO-3 keeps gathered into backward (reuse window)
 
 
 # ---- state ----------------------------------------------------------------------------------
@@ -213,11 +214,12 @@ def grad_reduce_bytes(plan: Plan) -> int:
 def zero3_kept_layers(layers: float, layer_params: float, head_params: float,
                       window: float) -> int:
     """Layers of a chunk (of ``layer_params`` each) whose gathered parameters ZeRO-3 keeps
-    from forward to backward: the last ``k`` layers, for which the trace between a layer's
-    two uses (the later layers' forward and backward, and the output layer's
-    ``head_params`` twice) fetches fewer than ``window`` parameter elements:
-    ``2 k layer_params + 2 head_params < window`` (DeepSpeed's stage3_max_reuse_distance,
-    ``MemoryConventions.zero3_reuse_window_params``; 0: none)."""
+    from forward to backward: those for which the trace between the layer's two uses (the
+    ``j`` layers after it, forward and backward, and the output layer's ``head_params``
+    twice) fetches fewer than ``window`` parameter elements, ``2 j layer_params + 2
+    head_params < window``: the last layer (j = 0) first (DeepSpeed's
+    stage3_max_reuse_distance, ``MemoryConventions.zero3_reuse_window_params``; 0: none;
+    the layer's own modules between its uses, counted per module there, are left out)."""
     room = window - 2.0 * head_params
     if window <= 0 or layer_params <= 0 or room <= 0 or layers <= 0:
         return 0
@@ -252,8 +254,7 @@ def fsdp_transient_bytes(chunks: list[ChunkMemory], plan: Plan) -> tuple[float, 
     root = 0.0 if c.fsdp_root_resharded else pb * sum(ch.edge_params for ch in chunks)
     layer = max(ch.max_layer_params for ch in chunks)
     ahead = c.fsdp_prefetch_layers * layer * pb
-    kept = max(zero3_kept_layers((ch.params - ch.edge_params) / layer, layer, ch.edge_params,
-                                 c.zero3_reuse_window_params) for ch in chunks) if layer else 0
+    kept = max(ch.zero3_kept_layers for ch in chunks)
     root += max(0, kept - 1) * layer * pb           # kept beyond the one gathered anyway
     return (root + layer * pb, root + layer * pb + ahead,
             root + ahead + layer * max(2 * pb, pb + grad_reduce_bytes(plan)))

@@ -17,6 +17,7 @@ from ..workload.ops import (
 from ..workload import sac
 from ..workload.spec import TransformerSpec
 from .accounting import (
+    zero3_kept_layers,
     ChunkMemory,
     layer_activation_bytes,
     layer_transient_bytes,
@@ -134,7 +135,12 @@ def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape,
         params, dense, linear = params + n * (p + extra), dense + n * (d + extra), \
             linear + n * (lin + extra)
     saved, head, loss = edge_memory(model, sh, first, last)
-    return ChunkMemory(params=params, dense_params=dense, linear_params=linear, edge_params=edge,
+    n = sum(count for _, count in kinds)
+    kept = zero3_kept_layers(n, (params - edge) / max(n, 1),
+                             (emb + model.hidden) if last else 0.0,   # the output layer's
+                             plan.memory.zero3_reuse_window_params) if plan.zero_stage >= 3 \
+        else 0
+    return ChunkMemory(zero3_kept_layers=kept, params=params, dense_params=dense, linear_params=linear, edge_params=edge,
                        max_layer_params=biggest, act_bytes=act + saved,
                        layer_transient_bytes=transient, loss_transient_bytes=loss,
                        head_saved_bytes=head,

@@ -71,6 +71,7 @@ class MemoryConventions:
     param_layout: str = "fused"              # the model code's Linears (cost.host.ParamLayout)
     recompute_early_stop: bool = False       # full recompute by torch's non-reentrant checkpoint
     zero3_reuse_window_params: float = 0.0   # ZeRO-3 keeps gathers reused within this (elements)
+    zero3_linear_function: bool = False      # at ZeRO-3 every Linear is an autograd Function
     framework: str = ""
 
     def __post_init__(self) -> None:
@@ -131,4 +132,5 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         eager_elementwise=fw.eager_elementwise, eager_code=fw.eager_code,
         selective_recompute=fw.selective_recompute, param_layout=fw.param_layout,
         recompute_early_stop=fw.recompute_early_stop,
-        zero3_reuse_window_params=fw.zero3_reuse_window_params, framework=fw.name)
+        zero3_reuse_window_params=fw.zero3_reuse_window_params,
+        zero3_linear_function=fw.zero3_linear_function, framework=fw.name)

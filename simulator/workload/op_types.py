@@ -150,7 +150,7 @@ def with_fp8_casts(ops: list[Op]) -> list[Op]:
     out: list[Op] = []
     for op in ops:
         if op.kind == OpKind.GEMM and op.dtype == "fp8":
-            rows = op.batch * op.m
+            rows = op.batch * op.m * max(1, len(op.split))   # a split GEMM's parts each cast
             out.append(Op(op.name + "_fp8cast", OpKind.MEMORY, bytes_moved=4.0 * rows * op.k,
                           dtype="bf16", bwd_bytes=4.0 * rows * op.n, recomputed=op.recomputed,
                           mem_kind="elementwise"))
@@ -243,7 +243,8 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     up_n = 2 * f if m.mlp == MLP.SWIGLU else f
     rows = -(-T // groups)
     fc1 = _gemm(f"{name}_fc1", rows, up_n, h, sh, saved=saved_in * h * ab, batch=groups)
-    if sh.split_gate_up and m.mlp == MLP.SWIGLU and groups == 1:   # gate, up apart
+    # gate, up apart (not routed experts: transformers 5 fuses them into gate_up_proj)
+    if sh.split_gate_up and m.mlp == MLP.SWIGLU and groups == 1 and name != "experts":
         fc1 = replace(fc1, split=((rows, f, h), (rows, f, h)))
     ops = [fc1]
     act_in, act_out = T * up_n, T * f

@@ -146,3 +146,14 @@ def test_the_last_gemm_reruns_where_something_saves_after_it():
     assert "mlp_fc2_recompute" in _rerun("hf", model="gemma2-9b")
     assert "mlp_fc2_recompute" not in _rerun("hf", model="llama3-8b")
 
+
+
+def test_host_mechanisms_do_not_change_what_is_recomputed():
+    """Which GEMMs re-run is the framework's code (a memory convention), not a host flag."""
+    m = get_preset("llama2-7b")
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, recompute="full",
+                               precision="bf16", zero_stage=3), "deepspeed", {"zero_stage"})
+    bare = dataclasses.replace(plan, host_mechanisms=())
+    fwd = layer_ops(m, layer_shape(m, plan))
+    assert [o.name for o in recompute_ops(fwd, plan, m)] == \
+        [o.name for o in recompute_ops(fwd, bare, m)]

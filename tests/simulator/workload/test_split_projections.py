@@ -94,3 +94,32 @@ def test_fused_and_split_layouts():
             sum(2.0 * m * n * k for m, n, k in by[name].split))
         fused_op = next(o for o in fused[0] if o.name == name)
         assert compute_time_s(by[name], gpu, prof) >= compute_time_s(fused_op, gpu, prof)
+
+
+def test_routed_experts_stay_fused_and_fp8_casts_follow_the_parts():
+    """transformers 5 fuses routed experts' gate and up (gate_up_proj); shared experts and
+    dense MLPs split. Under FP8 each part's Linear casts its input."""
+    from simulator.workload.presets import get_preset
+    m = get_preset("qwen3-30b-a3b")
+    for ep in (1, 128):
+        plan = with_framework(Plan(dp=128, ep=ep, micro_batch=1, global_batch=128,
+                                   precision="bf16"), "hf")
+        ops = layer_ops(m, layer_shape(m, plan), 1)
+        assert all(not o.split for o in ops if o.name.startswith("experts")), ep
+    plan = with_framework(Plan(dp=1, micro_batch=1, global_batch=1, precision="fp8"), "hf")
+    by = {o.name: o for o in layer_ops(SPEC, layer_shape(SPEC, plan))}
+    assert by["qkv_fp8cast"].bytes_moved == pytest.approx(3 * 4.0 * 16 * 64)
+    assert by["mlp_fc1_fp8cast"].bytes_moved == pytest.approx(2 * 4.0 * 16 * 64)
+
+
+def test_the_trace_comparison_counts_every_part_launched():
+    """``calibrate.sim_ops`` launches per GEMM kernel, as the cost model prices them."""
+    from calibrate.sim_ops import step_ops
+    from simulator.workload.presets import get_preset
+    m = get_preset("llama2-7b")
+    launches = {}
+    for fw in ("megatron-core", "hf"):
+        plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"), fw)
+        launches[fw] = sum(s.launches for s in step_ops(m, plan) if s.family == "gemm")
+    # per layer: q, k, v and gate, up add 2 + 1 kernels forward, 4 + 2 backward
+    assert launches["hf"] - launches["megatron-core"] == 9 * m.n_layers
