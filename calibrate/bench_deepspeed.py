@@ -350,22 +350,18 @@ def _kind_rows(t: dict, kind: int | str, pas: str, i: int) -> list[tuple[str, fl
                 (f"per layer of 9 tensors, {pas}", c["layer9"]),
                 (f"memory-efficient linear, per Linear call, {pas}", c["call"]),
                 (f"per micro-batch, rest, {pas}", c["rest"])]
-    if kind == STAGE3_RECOMPUTE:
-        c = recompute_costs(t, i)
+    over = {STAGE3_RECOMPUTE: (recompute_costs, BEYOND,
+                               "per parameter tensor of a recomputed layer"),
+            STAGE3_REGATHER: (regather_costs, BEYOND_REGATHER, "per parameter tensor")}
+    if kind in over:
+        costs, beyond, per_tensor = over[kind]
+        c = costs(t, i)
         return _split_rows(c, pas) + [
-            (f"per layer of 6 tensors, {BEYOND}, {pas}", c["over_layer6"]),
-            (f"per layer of 9 tensors, {BEYOND}, {pas}", c["over_layer9"]),
-            (f"per parameter tensor of a recomputed layer, {BEYOND}, {pas}", c["over_tensor"]),
-            (f"per parameter tensor, 6 vs 9 slope, {BEYOND}, {pas}", c["over_slope"]),
-            (f"per micro-batch, rest, {BEYOND}, {pas}", c["over_rest"])]
-    if kind == STAGE3_REGATHER:
-        c = regather_costs(t, i)
-        return _split_rows(c, pas) + [
-            (f"per layer of 6 tensors, {BEYOND_REGATHER}, {pas}", c["over_layer6"]),
-            (f"per layer of 9 tensors, {BEYOND_REGATHER}, {pas}", c["over_layer9"]),
-            (f"per parameter tensor, {BEYOND_REGATHER}, {pas}", c["over_tensor"]),
-            (f"per parameter tensor, 6 vs 9 slope, {BEYOND_REGATHER}, {pas}", c["over_slope"]),
-            (f"per micro-batch, rest, {BEYOND_REGATHER}, {pas}", c["over_rest"])]
+            (f"per layer of 6 tensors, {beyond}, {pas}", c["over_layer6"]),
+            (f"per layer of 9 tensors, {beyond}, {pas}", c["over_layer9"]),
+            (f"{per_tensor}, {beyond}, {pas}", c["over_tensor"]),
+            (f"per parameter tensor, 6 vs 9 slope, {beyond}, {pas}", c["over_slope"]),
+            (f"per micro-batch, rest, {beyond}, {pas}", c["over_rest"])]
     return _split_rows(split_costs(t, kind, i), pas)
 
 
