@@ -7,13 +7,16 @@ from typing import Sequence
 
 from ..engine.result import Result
 from ..engine.simulate import simulate
-from ..engine.stage_work import partition_layers
 from ..errors import InfeasiblePlanError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..parallel.plan import Plan
-from ..parallel.schedule import chunk_parts
-from ..planning.whatif import RooflineClass, ridge_flop_per_byte, roofline_ops
+from ..planning.whatif import (
+    RooflineClass,
+    recomputed_share,
+    ridge_flop_per_byte,
+    roofline_ops,
+)
 from ..search.driver import Bottleneck, SearchOptions, SearchReport, main_bottleneck, make_context, search
 from ..workload.ops import LayerShape, backward_ops, embedding_ops, head_ops, layer_ops
 from ..workload.spec import TransformerSpec
@@ -67,16 +70,6 @@ def _weights(model: TransformerSpec) -> dict[str, int]:
     n_moe = model.n_moe_layers()
     return {"layer": model.n_layers, "dense-layer": model.n_layers - n_moe,
             "moe-layer": n_moe, "embedding": 1, "head": 1}
-
-
-def recomputed_share(model: TransformerSpec, plan: Plan) -> float:
-    """Share of the layers a (partial) recompute re-runs: the first ``recompute_layers`` of
-    each model chunk."""
-    if not plan.recompute_layers:
-        return 1.0
-    C, _ = chunk_parts(plan.schedule, plan.pp, plan.vpp)
-    parts = partition_layers(model.n_layers, C)
-    return sum(min(len(p), plan.recompute_layers) for p in parts) / model.n_layers
 
 
 def _roofline(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,

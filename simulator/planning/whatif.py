@@ -22,11 +22,12 @@ from ..cost.layer import comm_op_cost, compute_time_s
 from ..engine.recompute import recompute_ops
 from ..engine.result import Result
 from ..engine.simulate import simulate
-from ..engine.stage_work import layer_shape, place_groups
+from ..engine.stage_work import layer_shape, partition_layers, place_groups
 from ..errors import ComplexityError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec, Dtype
 from ..parallel.plan import Plan, Recompute
+from ..parallel.schedule import chunk_parts
 from ..search.driver import Bottleneck, main_bottleneck
 from ..workload.ops import OpKind, backward_ops, embedding_ops, head_ops, layer_ops
 from ..workload.spec import TransformerSpec
@@ -131,11 +132,23 @@ class BottleneckReport:
         return d
 
 
+def recomputed_share(model: TransformerSpec, plan: Plan) -> float:
+    """Share of the layers a (partial) recompute re-runs: the first ``recompute_layers`` of
+    each model chunk."""
+    if not plan.recompute_layers:
+        return 1.0
+    C, _ = chunk_parts(plan.schedule, plan.pp, plan.vpp)
+    parts = partition_layers(model.n_layers, C)
+    return sum(min(len(p), plan.recompute_layers) for p in parts) / model.n_layers
+
+
 def bottleneck_report(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
                       profile: Profile, result: Result | None = None) -> BottleneckReport:
     res = result or simulate(model, plan, cluster, profile, engine="analytic")
     ops = roofline_ops(model, plan, cluster, profile)
-    by = {c: sum(o.time_s for o in ops if o.roofline == c) for c in RooflineClass}
+    share = recomputed_share(model, plan)        # recompute rows: a recomputed layer's
+    by = {c: sum(o.time_s * (share if o.phase == "recompute" else 1.0) for o in ops
+                 if o.roofline == c) for c in RooflineClass}
     bd = res.breakdown
     comm = {"tp": bd.tp_comm_s, "cp": bd.cp_comm_s, "ep": bd.ep_comm_s, "dp": bd.dp_comm_s,
             "pp": bd.pp_comm_s}

@@ -136,7 +136,8 @@ def test_search_finds_the_fewest_recomputed_layers_that_fit():
 
 def test_the_python_api_and_the_fsdp_sketch_keep_the_count():
     from simulator.api.config import TrainingConfig
-    from simulator.api.transformer_flow import config_of, plan_of, recomputed_share
+    from simulator.api.transformer_flow import config_of, plan_of
+    from simulator.planning.whatif import recomputed_share
     from simulator.planning.launch_frameworks import fsdp_sketch
     p = _plan("full", 8)
     cfg = config_of(p, TrainingConfig(gpu="a100-sxm-80gb", n_gpus=8),
@@ -159,3 +160,13 @@ def test_the_trace_comparison_ops_follow_each_layers_recompute():
     none, full, part = bwd_gemm(_plan("none")), bwd_gemm(_plan("full")), bwd_gemm(_plan("full", 4))
     assert full > none > 0
     assert part - none == pytest.approx((full - none) * 4 / 32)
+
+
+def test_the_bottleneck_report_weighs_recompute_rows_by_the_recomputed_share():
+    from simulator.planning.whatif import bottleneck_report
+    t = {}
+    for name, p in (("none", _plan("none")), ("part", _plan("full", 8)), ("full", _plan("full"))):
+        r = bottleneck_report(MODEL, p, CLUSTER, PROF)
+        t[name] = r.compute_bound_s + r.memory_bound_s
+    assert t["part"] - t["none"] == pytest.approx((t["full"] - t["none"]) * 8 / 32)
+    assert t["full"] > t["none"]
