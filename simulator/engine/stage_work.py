@@ -128,6 +128,12 @@ def partition_layers(n_layers: int, chunks: int) -> list[list[int]]:
     return out
 
 
+def chunk_layers(model: TransformerSpec, plan: Plan) -> list[list[int]]:
+    """The layers of each global model chunk, in order (``partition_layers`` over the
+    schedule's chunks, ``schedule.chunk_parts``)."""
+    return partition_layers(model.n_layers, chunk_parts(plan.schedule, plan.pp, plan.vpp)[0])
+
+
 def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
     layout = ParamLayout.of(model, plan.memory.param_layout)
     return LayerShape(micro_batch=plan.micro_batch, seq_len=model.seq_len, tp=plan.tp,
@@ -281,7 +287,9 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
     layout = ParamLayout.of(model, plan.memory.param_layout)
-    counts = _Counts(len(layers), edge_units=_fsdp_edge_units(plan, first, last))
+    modules = layout.weights_only()                  # one tensor per module (ZeRO-3's hooks)
+    counts = _Counts(len(layers), edge_units=_fsdp_edge_units(plan, first, last),
+                     regather_layers=len(layers) - mem.zero3_kept_layers)
     # runs of one layer kind and recompute (a partial recompute's first layers, then the rest)
     for (_, rc), run in groupby(enumerate(layers), key=lambda il: (
             model.layer_kind(il[1]), plan.recompute_of(il[0]))):
@@ -292,8 +300,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         bwd.add_each(cb, n)
         wgrad.add_each(cw, n)
         all_fwd = lf
-        counts = counts.add_layers(n, (param_tensors(lf, layout),
-                                       param_tensors(lf, layout.weights_only())),
+        counts = counts.add_layers(n, (param_tensors(lf, layout), param_tensors(lf, modules)),
                                    linear_calls(lf, layout), rc == Recompute.FULL or sac_op(plan))
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
@@ -305,10 +312,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
         counts = replace(counts, edge_tensors=param_tensors(extra, layout),
-                         edge_modules=param_tensors(extra, layout.weights_only()),
+                         edge_modules=param_tensors(extra, modules),
                          calls=counts.calls + linear_calls(extra, layout))
-    edge = _fsdp_edge_params(model, plan, first, last)
-    counts = replace(counts, regather_layers=len(layers) - mem.zero3_kept_layers)
     _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
@@ -317,7 +322,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster, edge, dense,
+        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
+                       _fsdp_edge_params(model, plan, first, last), dense,
                        mem.zero3_kept_layers)
     return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
 

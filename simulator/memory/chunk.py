@@ -140,8 +140,8 @@ def _chunk_memory(model: TransformerSpec, plan: Plan, sh: LayerShape,
                              (emb + model.hidden) if last else 0.0,   # the output layer's
                              plan.memory.zero3_reuse_window_params) if plan.zero_stage >= 3 \
         else 0
-    return ChunkMemory(zero3_kept_layers=kept, params=params, dense_params=dense, linear_params=linear, edge_params=edge,
-                       max_layer_params=biggest, act_bytes=act + saved,
+    return ChunkMemory(params=params, dense_params=dense, linear_params=linear, edge_params=edge,
+                       zero3_kept_layers=kept, max_layer_params=biggest, act_bytes=act + saved,
                        layer_transient_bytes=transient, loss_transient_bytes=loss,
                        head_saved_bytes=head,
                        wgrad_hold_bytes=hold + edge_wgrad_hold_bytes(model, sh, last))

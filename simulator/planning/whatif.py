@@ -22,12 +22,11 @@ from ..cost.layer import comm_op_cost, compute_time_s
 from ..engine.recompute import recompute_ops
 from ..engine.result import Result
 from ..engine.simulate import simulate
-from ..engine.stage_work import layer_shape, partition_layers, place_groups
+from ..engine.stage_work import chunk_layers, layer_shape, place_groups
 from ..errors import ComplexityError
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec, Dtype
 from ..parallel.plan import Plan, Recompute
-from ..parallel.schedule import chunk_parts
 from ..search.driver import Bottleneck, main_bottleneck
 from ..workload.ops import OpKind, backward_ops, embedding_ops, head_ops, layer_ops
 from ..workload.spec import TransformerSpec
@@ -137,9 +136,8 @@ def recomputed_share(model: TransformerSpec, plan: Plan) -> float:
     each model chunk."""
     if not plan.recompute_layers:
         return 1.0
-    C, _ = chunk_parts(plan.schedule, plan.pp, plan.vpp)
-    parts = partition_layers(model.n_layers, C)
-    return sum(min(len(p), plan.recompute_layers) for p in parts) / model.n_layers
+    return sum(min(len(p), plan.recompute_layers)
+               for p in chunk_layers(model, plan)) / model.n_layers
 
 
 def bottleneck_report(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,

@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Iterator
 
 from ..engine.memory_fit import estimate_stage_memory as _estimate
-from ..engine.stage_work import layer_shape, partition_layers
+from ..engine.stage_work import chunk_layers, layer_shape, partition_layers
 from ..errors import InvalidInputError
 from ..hardware.specs import ClusterSpec, Dtype
 from ..memory.accounting import StageMemory, live_chunk_counts, stage_memory
@@ -300,8 +300,7 @@ def fewest_recomputed(model: TransformerSpec, plan: Plan, cap: float) -> Plan | 
     """``plan`` (full recompute, fitting in ``cap`` bytes) with the fewest layers per chunk
     recomputed that still fit (memory falls as the count grows: a bisection), or None when
     only every layer fits."""
-    C, _ = chunk_parts(plan.schedule, plan.pp, plan.vpp)
-    most = max(len(p) for p in partition_layers(model.n_layers, C))
+    most = max(len(p) for p in chunk_layers(model, plan))
     lo, hi = 1, most                      # hi: every layer, which fits
     while lo < hi:
         mid = (lo + hi) // 2
