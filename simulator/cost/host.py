@@ -103,14 +103,20 @@ class ParamLayout:
     Linear module each for q, k and v (``split_qkv``) and for a SwiGLU's gate and up
     (``split_gate_up``: transformers' and torchtitan's Llama) where the op graph fuses them
     into one GEMM, a bias beside every Linear weight (``linear_bias``; ``qkv_bias``: only
-    the q, k, v projections') and beside every norm weight (``norm_bias``: LayerNorm). The
-    default is the op graph's own count: fused projections, weights only."""
+    the q, k, v projections') and beside every norm weight (``norm_bias``: LayerNorm), and
+    whether a layer's routed experts are held as one 3-D tensor per projection and run as
+    grouped GEMMs outside any Linear module (``fused_experts``: transformers 5's
+    ``MixtralExperts`` ``gate_up_proj`` / ``down_proj``, run by its default "grouped_mm"
+    experts implementation) rather than one Linear module per expert and projection
+    (Megatron-Core's TEGroupedMLP ``weight0..N``, transformers 4). The default is the op
+    graph's own count: fused projections, weights only, per-expert weights."""
 
     split_qkv: bool = False
     split_gate_up: bool = False
     linear_bias: bool = False
     qkv_bias: bool = False
     norm_bias: bool = False
+    fused_experts: bool = False
 
     @classmethod
     def of(cls, spec: TransformerSpec, code: str) -> "ParamLayout":
@@ -120,13 +126,17 @@ class ParamLayout:
         (``TransformerSpec.split_qkv`` / ``split_gate_up``). Assumed where the spec does not
         say: transformers' Llama layout (q, k, v and gate, up split), and a LayerNorm
         carries a bias when the Linears do (GPT-2, BLOOM, Megatron's GPT; MPT's ``no_bias``
-        drops both; Falcon's bias-free Linears beside biased LayerNorms are undercounted)."""
+        drops both; Falcon's bias-free Linears beside biased LayerNorms are undercounted).
+        "hf" also fuses the experts (transformers 5.24 ``modeling_mixtral.MixtralExperts``;
+        ``PreTrainedModel.get_correct_experts_implementation`` picks "grouped_mm" by
+        default)."""
         own = code == "split" or (code == "hf" and spec.split_qkv is not False)
         gate = code == "split" or (code == "hf" and spec.split_gate_up is not False)
         return cls(split_qkv=own and spec.mla is None,
                    split_gate_up=gate and spec.mlp == MLP.SWIGLU,
                    linear_bias=spec.linear_bias, qkv_bias=spec.qkv_bias,
-                   norm_bias=spec.norm == Norm.LAYERNORM and spec.linear_bias)
+                   norm_bias=spec.norm == Norm.LAYERNORM and spec.linear_bias,
+                   fused_experts=code == "hf")
 
     def weights_only(self) -> "ParamLayout":
         """The same modules without their biases: one tensor per module."""
@@ -136,7 +146,8 @@ class ParamLayout:
         """Linear modules one weight GEMM of the op graph stands for (per group)."""
         if op.name == "qkv" and self.split_qkv:
             return 3
-        if op.name.endswith("fc1") and self.split_gate_up:
+        if op.name.endswith("fc1") and self.split_gate_up \
+                and not (op.grouped and self.fused_experts):   # gate_up_proj: one tensor
             return 2
         return 1
 
@@ -156,12 +167,14 @@ NORMS_PER_OP = {"qk_norm": 2}            # one op for the query and the key norm
 
 def param_tensors(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     """Parameter tensors the forward ops ``ops`` use: per weight GEMM (per group of a
-    grouped GEMM) its Linear modules' weights and biases (``layout``), per norm its weight
-    (and bias), one per embedding table."""
+    grouped GEMM, or once for the group where the experts are fused 3-D tensors) its
+    Linear modules' weights and biases (``layout``), per norm its weight (and bias), one
+    per embedding table."""
     n = 0
     for o in ops:
         if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS:
-            n += o.batch * (layout.linears(o) + layout.biases(o))
+            groups = 1 if o.grouped and layout.fused_experts else o.batch
+            n += groups * (layout.linears(o) + layout.biases(o))
         elif o.kind == OpKind.MEMORY and o.mem_kind == "norm":
             n += NORMS_PER_OP.get(o.name, 1) * (2 if layout.norm_bias else 1)
         elif o.kind == OpKind.MEMORY and o.name == "embedding":
@@ -172,10 +185,12 @@ def param_tensors(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
 def linear_calls(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     """Layer-module Linear calls the forward ops ``ops`` stand for: per GEMM with weights
     its Linear modules (``layout``; a grouped GEMM of experts is one call), none for the
-    attention score GEMMs or the plain linears outside the layer modules
-    (``PLAIN_LINEARS``)."""
+    attention score GEMMs, the plain linears outside the layer modules
+    (``PLAIN_LINEARS``) or fused experts (``ParamLayout.fused_experts``: grouped GEMMs on
+    3-D tensors, no Linear module)."""
     return sum(1 if o.grouped else layout.linears(o) for o in ops
                if o.kind == OpKind.GEMM and o.has_weights
+               and not (o.grouped and layout.fused_experts)
                and o.name not in WEIGHTLESS_GEMMS + PLAIN_LINEARS)
 
 

@@ -67,11 +67,13 @@ def early_stopped(fwd: list[Op], gemm_saves_first: bool = True) -> list[Op]:
 
 def _early_stop(fwd: list[Op], plan: Plan, model: TransformerSpec | None) -> list[Op]:
     """``early_stopped`` for the plan's framework and the model: the last GEMM re-runs when
-    a norm the op graph leaves out saves its output (``TransformerSpec.post_mlp_norm``), or
+    a norm the op graph leaves out saves its output (``TransformerSpec.post_mlp_norm``
+    without ``sandwich_norms``: OLMo 2's post-norm, which ``ln2`` stands for; Gemma's
+    ``post_ffn_norm`` is in the op graph and ends the re-run itself), or
     when the Linears are autograd Functions (``zero3_linear_function`` at ZeRO stage 3:
     DeepSpeed's memory-efficient linear; FP8 Linears: torchao's Float8Linear, TE's
     modules)."""
-    if model is not None and model.post_mlp_norm:
+    if model is not None and model.post_mlp_norm and not model.sandwich_norms:
         return fwd
     functions = plan.precision == Dtype.FP8 or (plan.memory.zero3_linear_function
                                                 and plan.zero_stage >= 3)

@@ -304,6 +304,9 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         # Gemma2/3DecoderLayer post_feedforward_layernorm, Olmo2DecoderLayer
         # post_feedforward_layernorm (transformers 5.24)
         "post_mlp_norm": mt in GEMMA or mt == "olmo2",
+        # Gemma2/3DecoderLayer: input_layernorm, post_attention_layernorm,
+        # pre_feedforward_layernorm, post_feedforward_layernorm (transformers 5.24)
+        "sandwich_norms": mt in GEMMA,
     }
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True

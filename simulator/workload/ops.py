@@ -65,6 +65,8 @@ def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op
     out_in = m.q_dim // sh.tp
     ops.append(_gemm("attn_out", T, h, out_in, sh, saved=T * out_in * ab))
     ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
+    if m.sandwich_norms:                     # Gemma's post_attention_layernorm
+        ops.append(norm_op("post_attn_norm", m, sh, Ts * h))
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("attn_residual", 2 * Ts * h, Ts * h, sh, saved=mask, elem_bytes=ab))
     return ops
@@ -325,6 +327,8 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
         ops += _enter_tp("ln2_allgather", m, sh, "mlp_fc1")
         ops += mlp_ops(m, sh)
         ops += _leave_tp("mlp_reduce", m, sh, "mlp_fc2")
+    if m.sandwich_norms:                     # Gemma's post_feedforward_layernorm
+        ops.append(norm_op("post_ffn_norm", m, sh, Ts * h))
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("mlp_residual", 2 * Ts * h, Ts * h, sh, saved=mask))
     return with_fp8_casts(ops) if sh.dtype == "fp8" else ops

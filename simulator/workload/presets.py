@@ -162,7 +162,8 @@ def _gemma() -> list[TransformerSpec]:
             "gemma2-9b", n_layers=42, hidden=3584, ffn_hidden=14336, n_heads=16,
             n_kv_heads=8, head_dim=256, vocab=256000, seq_len=8192, mlp=MLP.SWIGLU,
             tied_embeddings=True, window=4096, global_every=2, **_LLAMA_STYLE,
-            extra_norm_params=2 * 3584, post_mlp_norm=True, attn_logit_softcap=50.0,
+            extra_norm_params=2 * 3584, post_mlp_norm=True, sandwich_norms=True,
+            attn_logit_softcap=50.0,
             final_logit_softcap=30.0,
             source="google/gemma-2-9b config.json; Gemma Team 2024 (Gemma 2, "
                    "arXiv:2408.00118) Tables 1-2: 42 layers, d_model 3584, 16 heads / 8 KV "

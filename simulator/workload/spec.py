@@ -177,10 +177,17 @@ class TransformerSpec:
     # gate and up, where the op graph fuses them; None: not known (cost.host.ParamLayout)
     split_qkv: bool | None = None
     split_gate_up: bool | None = None
-    # a norm follows the MLP inside the layer (Gemma 2/3's post_feedforward_layernorm, OLMo
-    # 2's post-norms): not in the op graph; it saves the MLP's output, so torch's
-    # checkpoint early stop re-runs the down projection (engine.recompute.early_stopped)
+    # a norm follows the MLP inside the layer (Gemma 2/3's post_feedforward_layernorm, in
+    # the op graph with sandwich_norms; OLMo 2's post-norms, which ln1 / ln2 stand for): it
+    # saves the MLP's output, so torch's checkpoint early stop re-runs the down projection
+    # (engine.recompute.early_stopped)
     post_mlp_norm: bool = False
+    # Gemma 2/3's sandwich norms: a norm after each sublayer as well as before it
+    # (post_attention_layernorm on the attention output, post_feedforward_layernorm on the
+    # MLP output, each before its residual add): two more hidden-size norms per layer in
+    # the op graph. OLMo 2's post-norms replace its pre-norms (same count, same bytes): not
+    # this flag.
+    sandwich_norms: bool = False
 
     def __post_init__(self) -> None:
         for f, hi in _SIZE_LIMITS:
@@ -202,8 +209,9 @@ class TransformerSpec:
                     object.__setattr__(self, f, enum(spellings.canonical(v, other)))
                 except ValueError:
                     raise InvalidInputError(f, v, valid) from None
-        if not isinstance(self.post_mlp_norm, bool):
-            raise InvalidInputError("post_mlp_norm", self.post_mlp_norm, "true or false")
+        for f in ("post_mlp_norm", "sandwich_norms"):
+            if not isinstance(getattr(self, f), bool):
+                raise InvalidInputError(f, getattr(self, f), "true or false")
         for f in ("split_qkv", "split_gate_up"):
             if getattr(self, f) not in (None, True, False):
                 raise InvalidInputError(f, getattr(self, f), "true, false or null")

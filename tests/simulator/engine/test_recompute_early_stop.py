@@ -144,6 +144,10 @@ def test_the_last_gemm_reruns_where_something_saves_after_it():
     assert "mlp_fc2_recompute" not in _rerun("deepspeed", zero_stage=1)
     assert "mlp_fc2_recompute" in _rerun("torchtitan", precision_fp8=True)
     assert "mlp_fc2_recompute" in _rerun("hf", model="gemma2-9b")
+    # Gemma's post-feed-forward norm is in the op graph (sandwich_norms): the re-run stops
+    # once it has saved its input again, before the residual add
+    assert _rerun("hf", model="gemma2-9b")[-2:] == ["mlp_fc2_recompute",
+                                                    "post_ffn_norm_recompute"]
     assert "mlp_fc2_recompute" not in _rerun("hf", model="llama3-8b")
 
 
