@@ -465,3 +465,17 @@ def fsdp_lane_ops(names: tuple[str, ...], params: float, layers: int, compute_by
         if m.reduce_stream_predivide and ranks > 1:
             reduce += _copy_op(f"{name}_reduce_predivide", params, 2.0 * reduce_bytes, layers)
     return gather, reduce
+
+
+def optimizer_host(names: tuple[str, ...], tensors: int, units: int,
+                   prof: Profile) -> tuple[HostCost, bool]:
+    """(host work of one rank's optimizer step with its gradient clipping, whether the host
+    waits for the device per tensor) under the mechanisms ``names``: their fixed eager ops
+    plus their per-tensor eager ops times the tensors the optimizer steps, ``tensors``
+    parameter tensors (local shards), or ``units`` flat parameters where a mechanism says
+    the optimizer steps one per FSDP unit (``optimizer_flat_units``)."""
+    mechs = [HOST.mechanisms[n] for n in names]
+    n = units if any(m.optimizer_flat_units for m in mechs) else tensors
+    ops = sum(m.optimizer_fixed_eager_ops + m.optimizer_tensor_eager_ops * n for m in mechs)
+    sync = any(m.optimizer_sync_per_tensor for m in mechs)
+    return mechanism_host(ops, prof), sync and ops > 0

@@ -77,6 +77,10 @@ class ChunkWork:
     # chunk holds (the first chunk's embedding, the last chunk's copy for the head), whose
     # gradients are all-reduced between the two stages before the optimizer step
     tied_params: float = 0.0
+    # parameter tensors the rank's optimizer steps for this chunk (local shards), and the
+    # FSDP units (layers and edge units) where it steps one flat parameter per unit
+    param_tensors: int = 0
+    units: int = 0
 
     def pass_cost(self, u: Unit) -> PassCost:
         """What running ``u`` costs: the forward, the whole backward, or its B or W half
@@ -325,7 +329,9 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
                        _fsdp_edge_params(model, plan, first, last), dense,
                        mem.zero3_kept_layers)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad)
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad,
+                     param_tensors=counts.layer_tensors + counts.edge_tensors,
+                     units=counts.layers + counts.edge_units)
 
 
 @dataclass(frozen=True)

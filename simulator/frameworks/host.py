@@ -99,7 +99,15 @@ class HostMechanism:
     issues it (in series with it, beside the compute), the unsharded gradient is cast from
     the compute dtype to the reduce dtype where they differ, and divided in place by the
     pre-divide factor when more than one rank reduces (FSDP1's ``_post_backward_hook`` and
-    ``_reduce_grad``)."""
+    ``_reduce_grad``);
+    ``optimizer_fixed_eager_ops`` / ``optimizer_tensor_eager_ops``: the host work of one
+    optimizer step with its gradient clipping, per step and per parameter tensor the
+    optimizer steps (local shards count as tensors), issued after the last backward;
+    ``optimizer_flat_units``: the optimizer steps one flat parameter per FSDP unit instead
+    (FSDP1 with ``use_orig_params=False``); ``optimizer_sync_per_tensor``: the step reads a
+    device scalar back per tensor (Composer's DecoupledAdamW ``.item()`` on its step
+    counter), so the host waits for the device before issuing each tensor's update and the
+    step's host time adds to its device time."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -154,6 +162,10 @@ class HostMechanism:
     grad_cat_on_unshard_stream: bool = False
     reduce_stream_cast: bool = False
     reduce_stream_predivide: bool = False
+    optimizer_fixed_eager_ops: float = 0.0
+    optimizer_tensor_eager_ops: float = 0.0
+    optimizer_flat_units: bool = False
+    optimizer_sync_per_tensor: bool = False
     why: str = ""
 
 

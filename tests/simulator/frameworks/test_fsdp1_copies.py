@@ -168,6 +168,7 @@ def test_plain_fsdp_reduces_in_the_parameter_dtype(fake_world):
     div = (ops["div_"][1] + ops["div_"][2]) / total
     assert div == pytest.approx(4.0 + 4.0 / fake_world, rel=0.02)
     plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"), "fsdp")
-    assert plan.zero_stage == 3 and plan.host_mechanisms == ("fsdp1_unit", "hf_decoder_layer")
+    assert plan.zero_stage == 3 and plan.host_mechanisms == ("fsdp1_unit", "hf_decoder_layer",
+                                                         "optimizer_foreach")
     assert grad_reduce_bytes(plan) == 2
     assert grad_reduce_bytes(with_framework(plan, "fsdp2")) == 4
