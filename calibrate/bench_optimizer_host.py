@@ -441,9 +441,12 @@ def problems(m: dict) -> list[str]:
            for _ in [0] if m["pressure"] > PRESSURE_SUSPECT]
     if not 0 < m["op_fwd_us"] < 1e3:
         bad.append(f"probe per-op cost {m['op_fwd_us']:.2f} us out of range")
+    # every per-tensor figure a coefficient is built from: the raw cases, their CUDA
+    # estimates and the DTensor-minus-plain differences
     raw = [k for k in ("foreach_step", "foreach_clip", "fused_step", "dtensor_step",
                        "dtensor_clip", "dtensor_fused_step", "composer_step", "composer_clip",
-                       "foreach_step_cuda") if k in c]
+                       "foreach_step_cuda", "foreach_clip_cuda", "fused_step_cuda",
+                       *(d + "_over" for d in PAIRS)) if k in c]
     bad += [f"{k}: per-tensor cost {c[k][1]:.2f} us not positive" for k in raw if c[k][1] <= 0]
     return bad
 

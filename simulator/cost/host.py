@@ -104,19 +104,25 @@ class ParamLayout:
     (``split_gate_up``: transformers' and torchtitan's Llama) where the op graph fuses them
     into one GEMM, a bias beside every Linear weight (``linear_bias``; ``qkv_bias``: only
     the q, k, v projections') and beside every norm weight (``norm_bias``: LayerNorm), and
-    whether a layer's routed experts are held as one 3-D tensor per projection and run as
-    grouped GEMMs outside any Linear module (``fused_experts``: transformers 5's
-    ``MixtralExperts`` ``gate_up_proj`` / ``down_proj``, run by its default "grouped_mm"
-    experts implementation) rather than one Linear module per expert and projection
-    (Megatron-Core's TEGroupedMLP ``weight0..N``, transformers 4). The default is the op
-    graph's own count: fused projections, weights only, per-expert weights."""
+    whether a layer's routed experts are held as 3-D tensors (one per projection, all experts
+    in it) in one module and run as grouped GEMMs outside any Linear module
+    (``experts_3d``: transformers 5's ``MixtralExperts`` ``gate_up_proj`` / ``down_proj``
+    under its default "grouped_mm" experts implementation; torchtitan's ``GroupedExperts``
+    ``w1`` / ``w2`` / ``w3``) rather than one Linear module per expert and projection
+    (Megatron-Core's TEGroupedMLP ``weight0..N``, transformers 4), with gate and up in one
+    tensor (``experts_gate_up_fused``: transformers 5) or two (torchtitan). ``modules_only``
+    counts modules instead of tensors (``weights_only``): a 3-D experts module is one. The
+    default is the op graph's own count: fused projections, weights only, per-expert
+    weights."""
 
     split_qkv: bool = False
     split_gate_up: bool = False
     linear_bias: bool = False
     qkv_bias: bool = False
     norm_bias: bool = False
-    fused_experts: bool = False
+    experts_3d: bool = False
+    experts_gate_up_fused: bool = False
+    modules_only: bool = False
 
     @classmethod
     def of(cls, spec: TransformerSpec, code: str) -> "ParamLayout":
@@ -127,27 +133,30 @@ class ParamLayout:
         say: transformers' Llama layout (q, k, v and gate, up split), and a LayerNorm
         carries a bias when the Linears do (GPT-2, BLOOM, Megatron's GPT; MPT's ``no_bias``
         drops both; Falcon's bias-free Linears beside biased LayerNorms are undercounted).
-        "hf" also fuses the experts (transformers 5.24 ``modeling_mixtral.MixtralExperts``;
-        ``PreTrainedModel.get_correct_experts_implementation`` picks "grouped_mm" by
-        default)."""
+        "hf" and "split" hold the experts as 3-D tensors (transformers 5.24
+        ``modeling_mixtral.MixtralExperts``, ``PreTrainedModel.get_correct_experts_
+        implementation`` picking "grouped_mm" by default; torchtitan's ``GroupedExperts``),
+        "hf" with gate and up in one."""
         own = code == "split" or (code == "hf" and spec.split_qkv is not False)
         gate = code == "split" or (code == "hf" and spec.split_gate_up is not False)
         return cls(split_qkv=own and spec.mla is None,
                    split_gate_up=gate and spec.mlp == MLP.SWIGLU,
                    linear_bias=spec.linear_bias, qkv_bias=spec.qkv_bias,
                    norm_bias=spec.norm == Norm.LAYERNORM and spec.linear_bias,
-                   fused_experts=code == "hf")
+                   experts_3d=code in ("hf", "split"), experts_gate_up_fused=code == "hf")
 
     def weights_only(self) -> "ParamLayout":
-        """The same modules without their biases: one tensor per module."""
-        return replace(self, linear_bias=False, qkv_bias=False, norm_bias=False)
+        """The same modules without their biases: one tensor per module (a 3-D experts
+        module counted once)."""
+        return replace(self, linear_bias=False, qkv_bias=False, norm_bias=False,
+                       modules_only=True)
 
     def linears(self, op: Op) -> int:
         """Linear modules one weight GEMM of the op graph stands for (per group)."""
         if op.name == "qkv" and self.split_qkv:
             return 3
         if op.name.endswith("fc1") and self.split_gate_up \
-                and not (op.grouped and self.fused_experts):   # gate_up_proj: one tensor
+                and not (routed_experts(op) and self.experts_gate_up_fused):  # gate_up_proj
             return 2
         return 1
 
@@ -167,14 +176,17 @@ NORMS_PER_OP = {"qk_norm": 2}            # one op for the query and the key norm
 
 def param_tensors(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     """Parameter tensors the forward ops ``ops`` use: per weight GEMM (per group of a
-    grouped GEMM, or once for the group where the experts are fused 3-D tensors) its
-    Linear modules' weights and biases (``layout``), per norm its weight (and bias), one
-    per embedding table."""
+    grouped GEMM, or once for all routed experts where they are 3-D tensors) its Linear
+    modules' weights and biases (``layout``), per norm its weight (and bias), one per
+    embedding table."""
     n = 0
     for o in ops:
         if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS:
-            groups = 1 if o.grouped and layout.fused_experts else o.batch
-            n += groups * (layout.linears(o) + layout.biases(o))
+            if routed_experts(o) and layout.experts_3d:     # all experts in one tensor each
+                n += 0 if layout.modules_only and not o.name.endswith("fc1") else \
+                    1 if layout.modules_only else layout.linears(o) + layout.biases(o)
+                continue
+            n += o.batch * (layout.linears(o) + layout.biases(o))
         elif o.kind == OpKind.MEMORY and o.mem_kind == "norm":
             n += NORMS_PER_OP.get(o.name, 1) * (2 if layout.norm_bias else 1)
         elif o.kind == OpKind.MEMORY and o.name == "embedding":
@@ -186,12 +198,18 @@ def linear_calls(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     """Layer-module Linear calls the forward ops ``ops`` stand for: per GEMM with weights
     its Linear modules (``layout``; a grouped GEMM of experts is one call), none for the
     attention score GEMMs, the plain linears outside the layer modules
-    (``PLAIN_LINEARS``) or fused experts (``ParamLayout.fused_experts``: grouped GEMMs on
-    3-D tensors, no Linear module)."""
+    (``PLAIN_LINEARS``) or 3-D experts (``ParamLayout.experts_3d``: grouped GEMMs, no
+    Linear module)."""
     return sum(1 if o.grouped else layout.linears(o) for o in ops
                if o.kind == OpKind.GEMM and o.has_weights
-               and not (o.grouped and layout.fused_experts)
+               and not (routed_experts(o) and layout.experts_3d)
                and o.name not in WEIGHTLESS_GEMMS + PLAIN_LINEARS)
+
+
+def routed_experts(op: Op) -> bool:
+    """A routed experts' GEMM of the op graph (``workload.moe_ops``: ``experts_fc1`` /
+    ``experts_fc2``, grouped or not: with one local expert it is a plain GEMM)."""
+    return op.name in ("experts_fc1", "experts_fc2")
 
 
 def _by_share(boundary: float, accumulating: float, share: float) -> float:

@@ -315,7 +315,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         ew = weight_grad_ops(eb)
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
-        counts = replace(counts, edge_tensors=param_tensors(extra, layout),
+        counts = replace(counts, edge_tensors=param_tensors(extra, layout)
+                         - _shared_head_tensors(extra, model),
                          edge_modules=param_tensors(extra, modules),
                          calls=counts.calls + linear_calls(extra, layout))
     _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
@@ -438,6 +439,16 @@ def fsdp_per_step(plan: Plan) -> float:
     """Share of a chunk's pass that FSDP's once-per-step gather costs: one over the chunk's
     passes per step under ``fsdp_once_per_step`` (spread evenly), else 1."""
     return 1.0 / chunk_passes(plan) if fsdp_once_per_step(plan) else 1.0
+
+
+def _shared_head_tensors(extra: list[Op], model: TransformerSpec) -> int:
+    """Output-layer GEMMs among the chunk's edge ops whose weight another one already holds:
+    the multi-token-prediction heads share the main output layer (``mtp<i>_logits``), and a
+    tied output layer is the embedding's table when the chunk holds both (the optimizer and
+    the hooks see one tensor)."""
+    heads = sum(1 for o in extra if o.kind == OpKind.GEMM and o.name.endswith("logits"))
+    tied = heads > 0 and model.tied_embeddings and any(o.name == "embedding" for o in extra)
+    return max(0, heads - 1) + int(tied)
 
 
 def _fsdp_edge_units(plan: Plan, first: bool, last: bool) -> int:

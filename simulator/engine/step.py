@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..cost.host import (first_op_share, host_waits, lead_layers, lead_release_frac,
-                         optimizer_host, pass_syncs, sync_at_p2p)
+from ..cost.host import (first_op_share, host_waits, launch_blocking, lead_layers,
+                         lead_release_frac, optimizer_host, pass_syncs, sync_at_p2p)
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
@@ -59,12 +59,14 @@ class StageTasks:
 
 def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
                      prof: Profile) -> float:
-    """The optimizer step of one stage after its last backward: its device passes over the
-    local parameters, or the host's issuing of it where that is longer (``optimizer_host``:
-    the frameworks' optimizer and clipping code, per step and per parameter tensor), or
-    both in series where the host waits for the device per tensor. The host is taken to
-    start issuing when the device has finished the backward (it may start earlier when it
-    ran ahead; then the device's passes are the longer anyway)."""
+    """The optimizer step of one stage after its last backward and gradient reduction: its
+    device passes over the local parameters, or the host's issuing of it where that is
+    longer (``optimizer_host``: the frameworks' optimizer and clipping code, per step and
+    per parameter tensor), or both in series where the host waits for the device per tensor
+    or runs the kernels itself (a synchronous host: a CPU, ``CUDA_LAUNCH_BLOCKING``). The
+    host is taken to start issuing when the device's work before it is done; a host that ran
+    ahead may have started earlier (not followed: an upper bound where the host is the
+    longer)."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.params - c.dense_params for c in chunks)
     shard = plan.shard_ranks if plan.zero_stage >= 1 else 1
@@ -75,7 +77,9 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
         + grad_check_time_s(chunks, plan, cluster, prof)
     host, sync = optimizer_host(plan.host_mechanisms, sum(c.param_tensors for c in chunks),
                                 sum(c.units for c in chunks), prof)
-    return device + host.seconds if sync else max(device, host.seconds)
+    serial = sync or launch_blocking(plan.host_mechanisms) or \
+        (prof.host is not None and prof.host.synchronous)
+    return device + host.seconds if serial else max(device, host.seconds)
 
 
 def grad_check_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,

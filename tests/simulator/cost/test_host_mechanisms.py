@@ -142,10 +142,12 @@ def test_host_facts_follow_framework_aliases_and_plans():
     under a framework's defaults gets its mode and mechanisms unless the caller keeps its own."""
     from simulator.parallel.framework_plan import with_framework
     assert HOST.framework("megatron") == HOST.framework("megatron-lm")
-    assert HOST.framework("llm-foundry-fsdp").mechanisms == ("fsdp1_unit",)
+    assert HOST.framework("llm-foundry-fsdp").mechanisms == ("fsdp1_unit",
+                                                             "optimizer_decoupled_adamw")
     assert HOST.framework("no-such-framework") == HOST.default
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
-    assert with_framework(base, "llm-foundry").host_mechanisms == ("fsdp1_unit",)
+    assert with_framework(base, "llm-foundry").host_mechanisms == \
+        ("fsdp1_unit", "optimizer_decoupled_adamw")
     assert with_framework(base, "megatron-deepspeed").host_mechanisms == \
         ("deepspeed_bf16_grad_loop", "cuda_launch_blocking", "megatron_legacy_layer")
     fp16 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16")
@@ -177,7 +179,8 @@ def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
     b_part = (b.bwd.compute_s - b.wgrad.compute_s) - (a.bwd.compute_s - a.wgrad.compute_s)
     assert b_part == pytest.approx(4.0 * b.params / bw + n * launch, rel=1e-9)
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
-    assert with_framework(base, "torchtitan").host_mechanisms == ("fsdp2_unit",)
+    assert with_framework(base, "torchtitan").host_mechanisms == \
+        ("fsdp2_unit", "optimizer_fused", "optimizer_dtensor_fused")
     assert with_framework(dataclasses.replace(base, zero_stage=1), "torchtitan",
                           {"zero_stage"}).host_mechanisms == ()
 

@@ -13,7 +13,7 @@ total as two bias-free norms), LayerNorm biases beside bias-free Linears (Stable
 Nemotron), GPT-J's bias-free attention projections and OLMo's weightless LayerNorm.
 Gemma 2/3's sandwich norms are in the op graph (``TransformerSpec.sandwich_norms``) and
 transformers 5's experts, two 3-D tensors per MoE layer, are counted so
-(``ParamLayout.fused_experts``): both exact since stop 36."""
+(``ParamLayout.experts_3d``): both exact since stop 36."""
 from __future__ import annotations
 
 import pytest
@@ -120,3 +120,21 @@ def test_layouts_by_framework():
     for fw in ("megatron-core", "hf", "deepspeed"):
         assert counts(gpt2, fw) == (12, 4), fw
     assert param_tensors(layer_ops(llama, sh)) == 6     # the default: the op graph's weights
+
+
+def test_3d_experts_count_once_whatever_the_local_experts():
+    """Routed experts held as 3-D tensors count one tensor per projection (transformers 5:
+    gate_up_proj, down_proj; torchtitan's GroupedExperts: w1, w3, w2) and one module, also
+    when expert parallelism leaves one expert per rank (a plain GEMM, not a grouped one);
+    Megatron's per-expert modules count one per expert."""
+    spec = from_hf_config(_cfg("mixtral"))
+    for ep, local in ((1, 8), (8, 1)):
+        ops = layer_ops(spec, LayerShape(micro_batch=1, seq_len=spec.seq_len, ep=ep), 0)
+        assert sum(o.batch for o in ops if o.name == "experts_fc1") == local
+        hf, tt = ParamLayout.of(spec, "hf"), ParamLayout.of(spec, "split")
+        assert (param_tensors(ops, hf), linear_calls(ops, hf)) == (9, 4), ep
+        assert param_tensors(ops, tt) == 10, ep                 # w1, w3 apart
+        assert param_tensors(ops, hf.weights_only()) == 8       # one experts module
+        assert param_tensors(ops, tt.weights_only()) == 8
+        fused = ParamLayout.of(spec, "fused")
+        assert param_tensors(ops, fused) == 5 + 2 * local, ep   # qkv fused: a weight per expert

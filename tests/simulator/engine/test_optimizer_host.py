@@ -1,6 +1,6 @@
 """The host time of the optimizer step (frameworks.json "host" mechanisms
-``optimizer_foreach``, ``optimizer_fused``, ``optimizer_foreach_dtensor``,
-``optimizer_fused_dtensor``, ``optimizer_decoupled_adamw``; ``cost.host.optimizer_host``;
+``optimizer_foreach``, ``optimizer_fused``, ``optimizer_dtensor_foreach``,
+``optimizer_dtensor_fused`` (what DTensors add), ``optimizer_decoupled_adamw``; ``cost.host.optimizer_host``;
 ``engine.step.optimizer_time_s``): each coefficient is the sum of the medians of the CPU
 rows its source cites (``calibrate.bench_optimizer_host``), the count of tensors follows the
 optimizer's parameters (FSDP1's flat units), and the step's optimizer phase is the longer
@@ -37,16 +37,15 @@ CUDA = "per parameter tensor, step, CUDA estimate (CPU slow path removed)"
 PARTS = {
     "optimizer_foreach": ([(STEP, "per step, fixed"), CLIP_FIXED], [(STEP, CUDA), CLIP_TENSOR]),
     "optimizer_fused": ([(FUSED, "per step, fixed"), CLIP_FIXED], [(FUSED, CUDA), CLIP_TENSOR]),
-    "optimizer_foreach_dtensor": (
-        [(STEP, "per step, fixed"), CLIP_FIXED, (DT, "per step, fixed, step, DTensor minus plain"),
+    "optimizer_dtensor_foreach": (
+        [(DT, "per step, fixed, step, DTensor minus plain"),
          (DT, "per step, fixed, clip_grad_norm_, DTensor minus plain")],
-        [(STEP, CUDA), CLIP_TENSOR, (DT, "per parameter tensor, step, DTensor minus plain"),
+        [(DT, "per parameter tensor, step, DTensor minus plain"),
          (DT, "per parameter tensor, clip_grad_norm_, DTensor minus plain")]),
-    "optimizer_fused_dtensor": (
-        [(FUSED, "per step, fixed"), CLIP_FIXED,
-         (DT, "per step, fixed, fused step, DTensor minus plain"),
+    "optimizer_dtensor_fused": (
+        [(DT, "per step, fixed, fused step, DTensor minus plain"),
          (DT, "per step, fixed, clip_grad_norm_, DTensor minus plain")],
-        [(FUSED, CUDA), CLIP_TENSOR, (DT, "per parameter tensor, fused step, DTensor minus plain"),
+        [(DT, "per parameter tensor, fused step, DTensor minus plain"),
          (DT, "per parameter tensor, clip_grad_norm_, DTensor minus plain")]),
     "optimizer_decoupled_adamw": ([(DEC, "per step, fixed"), CLIP_FIXED],
                                   [(DEC, "per parameter tensor, step"), CLIP_TENSOR]),
@@ -105,8 +104,8 @@ def _chunks(framework: str, model="small-6l-512", gpus=8):
     return m, plan, cl, prof, stages[0]
 
 
-@pytest.mark.parametrize("framework, mechanism", [("fsdp2", "optimizer_foreach_dtensor"),
-                                                  ("torchtitan", "optimizer_fused_dtensor"),
+@pytest.mark.parametrize("framework, mechanism", [("fsdp2", "optimizer_dtensor_foreach"),
+                                                  ("torchtitan", "optimizer_dtensor_fused"),
                                                   ("llm-foundry-fsdp",
                                                    "optimizer_decoupled_adamw")])
 def test_the_optimizer_phase_takes_the_host_time(framework, mechanism):
@@ -138,3 +137,37 @@ def test_a_large_model_hides_the_host_behind_the_device():
     m, plan, cl, prof, chunks = _chunks("fsdp2", "llama2-7b")
     bare = dataclasses.replace(plan, host_mechanisms=())
     assert optimizer_time_s(chunks, plan, cl, prof) == optimizer_time_s(chunks, bare, cl, prof)
+
+
+def test_zero_stages_and_synchronous_hosts():
+    """DTensor's extra exists only under FSDP2 (ZeRO-3); at ZeRO-1/2 the optimizer is
+    DeepSpeed's (none charged); a synchronous host (a CPU profile) runs the step's host work
+    and its kernels in series."""
+    base = Plan(dp=8, micro_batch=4, global_batch=32, precision="bf16")
+    ddp = with_framework(dataclasses.replace(base, zero_stage=0), "torchtitan", {"zero_stage"})
+    assert ddp.host_mechanisms == ("optimizer_fused",)
+    for z in (1, 2):
+        zero = with_framework(dataclasses.replace(base, zero_stage=z), "hf", {"zero_stage"})
+        assert not any(n.startswith("optimizer_") for n in zero.host_mechanisms), z
+    m, plan, cl, prof, chunks = _chunks("fsdp2")
+    sync = dataclasses.replace(prof, host=dataclasses.replace(prof.host, synchronous=True))
+    bare = dataclasses.replace(plan, host_mechanisms=())
+    host, _ = optimizer_host(plan.host_mechanisms, sum(c.param_tensors for c in chunks),
+                             sum(c.units for c in chunks), sync)
+    assert optimizer_time_s(chunks, plan, cl, sync) == pytest.approx(
+        optimizer_time_s(chunks, bare, cl, sync) + host.seconds)
+
+
+def test_a_tied_or_shared_output_layer_is_one_tensor():
+    """The optimizer sees a tied embedding / output layer once: GPT-2 (tied) holds one
+    tensor fewer at its edges than the same model untied."""
+    gpt2 = get_preset("gpt2-124m")
+    assert gpt2.tied_embeddings
+    cl = hardware_db.build_cluster("h100-sxm", 8)
+    prof = hardware_db.load_profile("h100-sxm")
+    plan = with_framework(Plan(dp=8, micro_batch=4, global_batch=32, precision="bf16"), "hf")
+    groups = place_groups(cl, plan)
+
+    def tensors(spec):
+        return sum(c.param_tensors for c in build_chunks(spec, plan, cl, prof, groups)[0])
+    assert tensors(dataclasses.replace(gpt2, tied_embeddings=False)) == tensors(gpt2) + 1

@@ -32,13 +32,14 @@ def _decoupled_adamw(params, state, beta1=0.9, beta2=0.95, eps=1e-8, lr=1e-4):
 
 
 def _counted_bytes_per_param(n_tensors: int = 8, size: int = 4096,
-                             composer: bool = False) -> float:
+                             composer: bool = False, fused: bool = False) -> float:
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
 
     params = [torch.nn.Parameter(torch.randn(size)) for _ in range(n_tensors)]
     state: dict = {}
-    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=True)
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1,
+                            **({"fused": True} if fused else {"foreach": True}))
 
     def step():
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=not composer)
@@ -58,6 +59,10 @@ def _counted_bytes_per_param(n_tensors: int = 8, size: int = 4096,
                 ts = [t for t in ts if isinstance(t, torch.Tensor) and t.numel() > 1]
                 n = sum(t.numel() * t.element_size() for t in ts)
                 writes = a.alias_info is not None and a.alias_info.is_write
+                # the fused kernel writes the gradients only to unscale them by grad_scale
+                if func._schema.name == "aten::_fused_adamw_" and a.name == "grads" and \
+                        (kwargs or {}).get("grad_scale") is None:
+                    writes = False
                 Count.moved += n * (2 if writes else 1)
             outs = out if isinstance(out, (list, tuple)) else [out]
             fresh = [t for t in outs if isinstance(t, torch.Tensor) and t.numel() > 1
@@ -90,14 +95,23 @@ def test_composers_decoupled_adamw_loop_and_clip_bytes_per_parameter():
         _counted_bytes_per_param(composer=True), rel=0.05)
 
 
-@pytest.mark.parametrize("framework", ["hf", "pytorch"])
-def test_foreach_adamw_on_16_bit_parameters_moves_half(framework):
-    """hf / pytorch train 16-bit parameters with moments in their dtype (frameworks.json
+def test_foreach_adamw_on_16_bit_parameters_moves_half():
+    """pytorch trains 16-bit parameters with moments in their dtype (frameworks.json
     memory): the same 24 passes over 2-byte tensors."""
     plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"),
-                          framework)
+                          "pytorch")
     assert plan.memory.optimizer_step_temp_bytes_per_param == 2.0
     assert optimizer_bytes_per_param(plan) == pytest.approx(24 * 2.0)   # 2-byte moments
+
+
+def test_hf_trainers_fused_adamw_and_clip_bytes_per_parameter():
+    """hf: HF Trainer 5.x's default fused AdamW (one kernel: parameter, gradient and moments
+    read, parameter and moments written) with foreach clipping: 10 passes, no temporary."""
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"), "hf")
+    assert plan.memory.optimizer_step_temp_bytes_per_param == 0.0
+    charged = optimizer_bytes_per_param(plan)
+    assert charged == pytest.approx(10 * 2.0)                           # 2-byte moments
+    assert 2 * charged == pytest.approx(_counted_bytes_per_param(fused=True), rel=0.05)
 
 
 def test_fused_frameworks_keep_the_fused_count():
