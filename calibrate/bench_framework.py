@@ -50,6 +50,10 @@
   every partitioned parameter is released after forward and all-gathered again in
   backward: its extra over the bare model and beyond ZeRO-3 keeping the parameters
   gathered, per parameter tensor; the all-gathers per layer are counted into the method.
+* ``deepspeed_pipe_engine``: DeepSpeed's pipeline engine (``calibrate.bench_deepspeed_pipe``;
+  skipped without DeepSpeed): ``train_batch`` of the probe in 2 stages over the bare stages,
+  per micro-batch and per step for the first and the last stage, each instruction, and its
+  tensor-parallel (``PartitionedTensor``) hand-offs' extra, timed in a child process.
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -295,6 +299,13 @@ def deepspeed_rows(base: dict, only: frozenset[str] = frozenset()) -> list[dict]
                                      [(metric, us)])]
 
 
+def deepspeed_pipe_rows(base: dict) -> list[dict]:
+    """``deepspeed_pipe_engine`` rows (``calibrate.bench_deepspeed_pipe``); none, with a
+    message on stderr, without DeepSpeed."""
+    from .bench_deepspeed_pipe import rows
+    return rows(base)
+
+
 def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
                 graph: tuple[int, int]) -> list[tuple[str, float]]:
     """Per-layer (metric, us) rows from ``block`` and ``recompute`` cases at ``layers``
@@ -451,6 +462,7 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     if want("mcore_model"):
         rows += mcore_model_rows(base)
     rows += (hf_rows(base) if want("hf_decoder_layer") else []) + deepspeed_rows(base, only)
+    rows += deepspeed_pipe_rows(base) if want("deepspeed_pipe_engine") else []
     legacy = {"megatron_legacy_layer": legacy_rows,
               "megatron_legacy_model_split": legacy_split_rows}
     if only and only <= set(legacy):    # alone: their stand-ins stay in this process

@@ -287,13 +287,15 @@ def bucket_copy_ops(names: tuple[str, ...], params: float, tensors: int, grad_by
 
 
 def model_host(names: tuple[str, ...], prof: Profile, mode: str, first: bool = True,
-               last: bool = True, boundary_share: float = 1.0) -> tuple[HostCost, HostCost]:
+               last: bool = True, boundary_share: float = 1.0,
+               tp: int = 1) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time of the model's Python outside its layers, per
     micro-batch pass of a chunk: on every chunk ``model_every_fwd_eager_ops`` (the batch
     code), on the ``first`` (embedding's) chunk ``model_first_*``, on the ``last`` (output
     layer's) chunk ``model_fwd_eager_ops`` / ``model_bwd_eager_ops``; module code, scaled by
     the launch ``mode`` as the ops outside the layers are (``eager_host``: per-layer CUDA
-    graphs leave it eager)."""
+    graphs leave it eager). A pipeline engine's instructions (``pipe_*_mb_eager_ops``, with
+    ``tp`` > 1 the partitioned hand-offs' too) are the engine's Python, not scaled."""
     m = host_mode(mode)
     scale = m.op_scale if m.graph_launch_us <= 0 else 1.0
     fwd = bwd = 0.0
@@ -304,7 +306,19 @@ def model_host(names: tuple[str, ...], prof: Profile, mode: str, first: bool = T
         bwd += (h.model_first_bwd_eager_ops if first else 0.0) \
             + (_by_share(h.model_bwd_eager_ops, h.model_bwd_eager_ops_accumulating,
                          boundary_share) if last else 0.0)
-    return mechanism_host(fwd * scale, prof), mechanism_host(bwd * scale, prof)
+    pipe = sum(_pipe_mb_eager_ops(HOST.mechanisms[n], first, last, tp) for n in names)
+    return mechanism_host(fwd * scale + pipe / 2, prof), \
+        mechanism_host(bwd * scale + pipe / 2, prof)
+
+
+def _pipe_mb_eager_ops(h, first: bool, last: bool, tp: int) -> float:
+    """A pipeline engine's eager ops per micro-batch on this chunk's stage: the last
+    stage's where it holds the output layer (and not the embedding), else the first's."""
+    is_last = last and not first
+    ops = h.pipe_last_mb_eager_ops if is_last else h.pipe_first_mb_eager_ops
+    if tp > 1:
+        ops += h.pipe_tp_last_mb_eager_ops if is_last else h.pipe_tp_first_mb_eager_ops
+    return ops
 
 
 @dataclass(frozen=True)

@@ -323,7 +323,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     # the model's own Python: batch code on every chunk, embedding's on the first, head's
     # and loss's on the last (their backward is B's: the loss's starts it)
     mf, mb = model_host(plan.host_mechanisms, prof, plan.host_mode, first, last,
-                        1.0 / plan.num_microbatches)
+                        1.0 / plan.num_microbatches, plan.tp)
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
     if plan.zero_stage >= 3:

@@ -107,7 +107,14 @@ class HostMechanism:
     (FSDP1 with ``use_orig_params=False``); ``optimizer_sync_per_tensor``: the step reads a
     device scalar back per tensor (Composer's DecoupledAdamW ``.item()`` on its step
     counter), so the host waits for the device before issuing each tensor's update and the
-    step's host time adds to its device time."""
+    step's host time adds to its device time;
+    ``only_with_pp``: the mechanism exists only under pipeline parallelism (DeepSpeed's
+    ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
+    ``pipe_first_mb_eager_ops`` / ``pipe_last_mb_eager_ops``: per micro-batch, the pipeline
+    engine's instructions on the first / last stage beyond the model's passes (forward and
+    backward together, charged half to each; middle stages as the first: assumed), and
+    ``pipe_tp_first_mb_eager_ops`` / ``pipe_tp_last_mb_eager_ops`` more when the model is
+    tensor-parallel and the hand-offs are partitioned over the TP group."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -166,6 +173,11 @@ class HostMechanism:
     optimizer_tensor_eager_ops: float = 0.0
     optimizer_flat_units: bool = False
     optimizer_sync_per_tensor: bool = False
+    only_with_pp: bool = False
+    pipe_first_mb_eager_ops: float = 0.0
+    pipe_last_mb_eager_ops: float = 0.0
+    pipe_tp_first_mb_eager_ops: float = 0.0
+    pipe_tp_last_mb_eager_ops: float = 0.0
     why: str = ""
 
 

@@ -69,21 +69,23 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
         fields["dp_overlap"] = beh.dp_overlap_for(zero)
     if "host_mechanisms" in fields:
         fields["host_mechanisms"] = _applicable(fields["host_mechanisms"], zero,
-                                                plan.dp * plan.cp, plan.vpp)
+                                                plan.dp * plan.cp, plan.vpp, plan.pp)
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)
 
 
 def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
-                vpp: int = 1) -> tuple[str, ...]:
+                vpp: int = 1, pp: int = 1) -> tuple[str, ...]:
     """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
     (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in torch DDP (no
     ZeRO: a ZeRO stage means DeepSpeed's engine, not DDP; more than one data-parallel
     replica), those marked ``only_without_vpp`` only without virtual stages (Megatron-Core
-    overlaps p2p, with no batched sync, only in the interleaved schedule), and those that
+    overlaps p2p, with no batched sync, only in the interleaved schedule), those marked
+    ``only_with_pp`` only with pipeline stages (DeepSpeed's pipeline engine), and those that
     name ``zero_stages`` only at those stages (DeepSpeed's ZeRO hooks)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
                  and not (m == "ddp_param_hooks" and (zero >= 1 or replicas <= 1))
                  and not (HOST.mechanisms[m].only_without_vpp and vpp > 1)
+                 and not (HOST.mechanisms[m].only_with_pp and pp <= 1)
                  and not (HOST.mechanisms[m].zero_stages
                           and zero not in HOST.mechanisms[m].zero_stages))

@@ -1,0 +1,94 @@
+"""DeepSpeed's pipeline engine's host work (frameworks.json "host" mechanism
+``deepspeed_pipe_engine``, measured by ``calibrate.bench_deepspeed_pipe``): each coefficient
+is the median of the clean runs' CSV rows its source cites, the mechanism exists only under
+pipeline parallelism in the frameworks that run DeepSpeed's engine, and a chunk pays the
+first or the last stage's instructions per micro-batch (more with partitioned TP hand-offs),
+half in each pass, and the per-step instructions with its optimizer step."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import statistics
+from pathlib import Path
+
+import pytest
+
+import hardware_db
+from simulator.cost.host import model_host, optimizer_host
+from simulator.frameworks import HOST
+from simulator.parallel.framework_plan import with_framework
+from simulator.parallel.plan import Plan
+
+CSV = Path(__file__).resolve().parents[3] / "hardware_db" / "data" / "measurements" / \
+    "host_mechanisms.csv"
+M = HOST.mechanisms["deepspeed_pipe_engine"]
+FIELDS = {"pipe_first_mb_eager_ops": [551, 589, 665, 703, 779],
+          "pipe_last_mb_eager_ops": [563, 601, 677, 715, 791],
+          "pipe_tp_first_mb_eager_ops": [575, 613, 689, 727, 803],
+          "pipe_tp_last_mb_eager_ops": [582, 620, 696, 734, 810],
+          "optimizer_fixed_eager_ops": [553, 591, 667, 705, 781, 565, 603, 679, 717, 793]}
+METRIC = {"pipe_first_mb_eager_ops": "per micro-batch, first stage",
+          "pipe_last_mb_eager_ops": "per micro-batch, last stage",
+          "pipe_tp_first_mb_eager_ops": "per micro-batch, first stage, beyond unpartitioned",
+          "pipe_tp_last_mb_eager_ops": "per micro-batch, last stage, beyond unpartitioned",
+          "optimizer_fixed_eager_ops": "per step, rest"}
+
+
+def _rows() -> dict[int, dict[str, str]]:
+    with CSV.open(newline="") as fh:
+        return dict(enumerate(csv.DictReader(fh), start=2))
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+def test_coefficients_are_the_medians_of_the_cited_rows(field):
+    rows, lines = _rows(), FIELDS[field]
+    for ln in lines:
+        r = rows[ln]
+        assert r["mechanism"] == "deepspeed_pipe_engine" and METRIC[field] in r["metric"], ln
+        assert "SUSPECT" not in r["metric"] + r["method"], ln
+    med = statistics.median(float(rows[ln]["eager_ops"]) for ln in lines)
+    assert getattr(M, field) == pytest.approx(med, abs=0.001)
+    cited = ", ".join(map(str, lines[:5]))
+    assert cited in M.why
+
+
+def test_only_under_pipeline_parallelism_in_deepspeeds_frameworks():
+    for fw in ("deepspeed", "megatron-deepspeed"):
+        one = with_framework(Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16"), fw)
+        two = with_framework(Plan(pp=2, dp=4, micro_batch=1, global_batch=8,
+                                  precision="bf16"), fw)
+        assert "deepspeed_pipe_engine" not in one.host_mechanisms, fw
+        assert "deepspeed_pipe_engine" in two.host_mechanisms, fw
+    mc = with_framework(Plan(pp=2, dp=4, micro_batch=1, global_batch=8, precision="bf16"),
+                        "megatron-core")
+    assert "deepspeed_pipe_engine" not in mc.host_mechanisms
+
+
+def test_a_stage_pays_its_instructions_half_in_each_pass():
+    prof = hardware_db.load_profile("a100-sxm-80gb")
+    us = prof.host.op_fwd_us.value * 1e-6
+    names = ("deepspeed_pipe_engine",)
+    for first, last, tp, ops in ((True, False, 1, M.pipe_first_mb_eager_ops),
+                                 (False, True, 1, M.pipe_last_mb_eager_ops),
+                                 (False, False, 1, M.pipe_first_mb_eager_ops),
+                                 (True, False, 2, M.pipe_first_mb_eager_ops
+                                  + M.pipe_tp_first_mb_eager_ops),
+                                 (False, True, 4, M.pipe_last_mb_eager_ops
+                                  + M.pipe_tp_last_mb_eager_ops)):
+        f, b = model_host(names, prof, "eager", first, last, 1.0, tp)
+        assert f.seconds == pytest.approx(ops / 2 * us) == b.seconds
+    h, sync = optimizer_host(names, 100, 10, prof)
+    assert h.seconds == pytest.approx(M.optimizer_fixed_eager_ops * us) and not sync
+
+
+def test_a_small_pipelined_step_grows_by_it():
+    from simulator.engine.simulate import simulate
+    from simulator.workload import get_preset
+    m = get_preset("gpt2-124m")
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 8)
+    prof = hardware_db.load_profile("a100-sxm-80gb")
+    plan = with_framework(Plan(tp=2, pp=2, dp=2, micro_batch=1, global_batch=16,
+                               precision="bf16"), "deepspeed")
+    bare = dataclasses.replace(plan, host_mechanisms=tuple(
+        n for n in plan.host_mechanisms if n != "deepspeed_pipe_engine"))
+    assert simulate(m, plan, cl, prof).step_time_s > simulate(m, bare, cl, prof).step_time_s
