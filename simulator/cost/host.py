@@ -306,19 +306,27 @@ def model_host(names: tuple[str, ...], prof: Profile, mode: str, first: bool = T
         bwd += (h.model_first_bwd_eager_ops if first else 0.0) \
             + (_by_share(h.model_bwd_eager_ops, h.model_bwd_eager_ops_accumulating,
                          boundary_share) if last else 0.0)
-    pipe = sum(_pipe_mb_eager_ops(HOST.mechanisms[n], first, last, tp) for n in names)
-    return mechanism_host(fwd * scale + pipe / 2, prof), \
-        mechanism_host(bwd * scale + pipe / 2, prof)
+    fwd, bwd = fwd * scale, bwd * scale
+    for name in names:                     # the pipeline engine's Python: not scaled
+        pf, pb = _pipe_mb_eager_ops(HOST.mechanisms[name], first, last, tp)
+        fwd, bwd = fwd + pf, bwd + pb
+    return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 
-def _pipe_mb_eager_ops(h, first: bool, last: bool, tp: int) -> float:
-    """A pipeline engine's eager ops per micro-batch on this chunk's stage: the last
-    stage's where it holds the output layer (and not the embedding), else the first's."""
-    is_last = last and not first
-    ops = h.pipe_last_mb_eager_ops if is_last else h.pipe_first_mb_eager_ops
+def _pipe_mb_eager_ops(h, first: bool, last: bool, tp: int) -> tuple[float, float]:
+    """(forward, backward) eager ops of a pipeline engine's instructions per micro-batch on
+    this chunk's stage: the first's where it holds the embedding, the last's where it holds
+    the output layer, else a middle stage's; half in each pass, the partitioned TP
+    hand-offs' extra by ``pipe_tp_fwd_share``."""
+    k = 0 if first else 2 if last else 1
+    ops = (h.pipe_first_mb_eager_ops, h.pipe_middle_mb_eager_ops, h.pipe_last_mb_eager_ops)[k]
+    fwd = bwd = ops / 2
     if tp > 1:
-        ops += h.pipe_tp_last_mb_eager_ops if is_last else h.pipe_tp_first_mb_eager_ops
-    return ops
+        extra = (h.pipe_tp_first_mb_eager_ops, h.pipe_tp_middle_mb_eager_ops,
+                 h.pipe_tp_last_mb_eager_ops)[k]
+        fwd += extra * h.pipe_tp_fwd_share[k]
+        bwd += extra * (1.0 - h.pipe_tp_fwd_share[k])
+    return fwd, bwd
 
 
 @dataclass(frozen=True)

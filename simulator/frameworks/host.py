@@ -110,11 +110,12 @@ class HostMechanism:
     step's host time adds to its device time;
     ``only_with_pp``: the mechanism exists only under pipeline parallelism (DeepSpeed's
     ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
-    ``pipe_first_mb_eager_ops`` / ``pipe_last_mb_eager_ops``: per micro-batch, the pipeline
-    engine's instructions on the first / last stage beyond the model's passes (forward and
-    backward together, charged half to each; middle stages as the first: assumed), and
-    ``pipe_tp_first_mb_eager_ops`` / ``pipe_tp_last_mb_eager_ops`` more when the model is
-    tensor-parallel and the hand-offs are partitioned over the TP group."""
+    ``pipe_first_mb_eager_ops`` / ``pipe_middle_mb_eager_ops`` / ``pipe_last_mb_eager_ops``:
+    per micro-batch, the pipeline engine's instructions on the first / a middle / the last
+    stage beyond the model's passes (forward and backward together, charged half to each),
+    and ``pipe_tp_*_mb_eager_ops`` more when the model is tensor-parallel and the hand-offs
+    are partitioned over the TP group, ``pipe_tp_fwd_share`` (first, middle, last) of it in
+    the forward."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -175,9 +176,12 @@ class HostMechanism:
     optimizer_sync_per_tensor: bool = False
     only_with_pp: bool = False
     pipe_first_mb_eager_ops: float = 0.0
+    pipe_middle_mb_eager_ops: float = 0.0
     pipe_last_mb_eager_ops: float = 0.0
     pipe_tp_first_mb_eager_ops: float = 0.0
+    pipe_tp_middle_mb_eager_ops: float = 0.0
     pipe_tp_last_mb_eager_ops: float = 0.0
+    pipe_tp_fwd_share: tuple[float, ...] = (0.5, 0.5, 0.5)
     why: str = ""
 
 

@@ -11,7 +11,7 @@ from ..errors import InvalidInputError
 from ..frameworks import HOST, framework_defaults, framework_memory, framework_names
 from ..hardware.specs import Dtype
 from .conventions import conventions_for
-from .plan import Plan
+from .plan import Plan, Schedule
 
 BEHAVIOUR_FIELDS = ("attention", "dp_overlap", "tp_overlap", "pp_scatter_gather",
                     "pp_blocking_p2p", "pp_rendezvous", "grad_nan_check",
@@ -69,23 +69,26 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
         fields["dp_overlap"] = beh.dp_overlap_for(zero)
     if "host_mechanisms" in fields:
         fields["host_mechanisms"] = _applicable(fields["host_mechanisms"], zero,
-                                                plan.dp * plan.cp, plan.vpp, plan.pp)
+                                                plan.dp * plan.cp, plan.vpp, plan.pp,
+                                                plan.schedule == Schedule.ONE_F_ONE_B)
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)
 
 
 def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
-                vpp: int = 1, pp: int = 1) -> tuple[str, ...]:
+                vpp: int = 1, pp: int = 1, one_f_one_b: bool = True) -> tuple[str, ...]:
     """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
     (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in torch DDP (no
     ZeRO: a ZeRO stage means DeepSpeed's engine, not DDP; more than one data-parallel
     replica), those marked ``only_without_vpp`` only without virtual stages (Megatron-Core
     overlaps p2p, with no batched sync, only in the interleaved schedule), those marked
-    ``only_with_pp`` only with pipeline stages (DeepSpeed's pipeline engine), and those that
+    ``only_with_pp`` only where DeepSpeed's pipeline engine runs (pipeline stages, no
+    virtual ones, plain 1F1B: its only training schedule), and those that
     name ``zero_stages`` only at those stages (DeepSpeed's ZeRO hooks)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
                  and not (m == "ddp_param_hooks" and (zero >= 1 or replicas <= 1))
                  and not (HOST.mechanisms[m].only_without_vpp and vpp > 1)
-                 and not (HOST.mechanisms[m].only_with_pp and pp <= 1)
+                 and not (HOST.mechanisms[m].only_with_pp
+                          and (pp <= 1 or vpp > 1 or not one_f_one_b))
                  and not (HOST.mechanisms[m].zero_stages
                           and zero not in HOST.mechanisms[m].zero_stages))

@@ -62,21 +62,35 @@ def test_only_under_pipeline_parallelism_in_deepspeeds_frameworks():
     mc = with_framework(Plan(pp=2, dp=4, micro_batch=1, global_batch=8, precision="bf16"),
                         "megatron-core")
     assert "deepspeed_pipe_engine" not in mc.host_mechanisms
+    # DeepSpeed's engine runs only plain 1F1B: other schedules are priced as Megatron's
+    for kw in ({"vpp": 2, "schedule": "interleaved"}, {"schedule": "zb-v"}):
+        other = with_framework(Plan(pp=2, dp=4, micro_batch=1, global_batch=8,
+                                    precision="bf16", **kw), "deepspeed")
+        assert "deepspeed_pipe_engine" not in other.host_mechanisms, kw
 
 
 def test_a_stage_pays_its_instructions_half_in_each_pass():
+    """First, middle and last stages pay their own instructions, half in each pass; with TP
+    the partitioned hand-offs' extra by its measured forward share; per step, the rest."""
     prof = hardware_db.load_profile("a100-sxm-80gb")
     us = prof.host.op_fwd_us.value * 1e-6
     names = ("deepspeed_pipe_engine",)
-    for first, last, tp, ops in ((True, False, 1, M.pipe_first_mb_eager_ops),
-                                 (False, True, 1, M.pipe_last_mb_eager_ops),
-                                 (False, False, 1, M.pipe_first_mb_eager_ops),
-                                 (True, False, 2, M.pipe_first_mb_eager_ops
-                                  + M.pipe_tp_first_mb_eager_ops),
-                                 (False, True, 4, M.pipe_last_mb_eager_ops
-                                  + M.pipe_tp_last_mb_eager_ops)):
-        f, b = model_host(names, prof, "eager", first, last, 1.0, tp)
+    stages = ((True, False, M.pipe_first_mb_eager_ops, M.pipe_tp_first_mb_eager_ops, 0),
+              (False, False, M.pipe_middle_mb_eager_ops, M.pipe_tp_middle_mb_eager_ops, 1),
+              (False, True, M.pipe_last_mb_eager_ops, M.pipe_tp_last_mb_eager_ops, 2))
+    for first, last, ops, extra, k in stages:
+        f, b = model_host(names, prof, "eager", first, last, 1.0, 1)
         assert f.seconds == pytest.approx(ops / 2 * us) == b.seconds
+        f2, b2 = model_host(names, prof, "eager", first, last, 1.0, 4)
+        share = M.pipe_tp_fwd_share[k]
+        assert f2.seconds == pytest.approx((ops / 2 + extra * share) * us)
+        assert b2.seconds == pytest.approx((ops / 2 + extra * (1 - share)) * us)
+    # the middle stage: the first's instructions, its batch load traded for the last
+    # stage's receive and gradient send; with TP both partitionings
+    assert M.pipe_first_mb_eager_ops < M.pipe_middle_mb_eager_ops
+    assert M.pipe_tp_middle_mb_eager_ops == pytest.approx(M.pipe_tp_first_mb_eager_ops
+                                                          + M.pipe_tp_last_mb_eager_ops)
+    assert M.pipe_tp_fwd_share[0] < 0.5 < M.pipe_tp_fwd_share[2]   # rebuilds in B / F
     h, sync = optimizer_host(names, 100, 10, prof)
     assert h.seconds == pytest.approx(M.optimizer_fixed_eager_ops * us) and not sync
 
