@@ -183,8 +183,10 @@ def param_tensors(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     for o in ops:
         if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS:
             if routed_experts(o) and layout.experts_3d:     # all experts in one tensor each
-                n += 0 if layout.modules_only and not o.name.endswith("fc1") else \
-                    1 if layout.modules_only else layout.linears(o) + layout.biases(o)
+                if not layout.modules_only:
+                    n += layout.linears(o) + layout.biases(o)
+                elif o.name.endswith("fc1"):                 # one module holds them all
+                    n += 1
                 continue
             n += o.batch * (layout.linears(o) + layout.biases(o))
         elif o.kind == OpKind.MEMORY and o.mem_kind == "norm":
