@@ -561,9 +561,10 @@ def _method(op: float, pressure: float, tp: bool, reads: str) -> str:
 
 
 def rows(base: dict) -> list[dict]:
-    """``deepspeed_pipe_engine`` rows: the pipeline engine's (``measure_pipe``) and its
-    tensor-parallel hand-offs' (``tp_results``), each in the eager ops of its own run's
-    probe; none, with a message on stderr, without DeepSpeed."""
+    """``deepspeed_pipe_engine`` rows: the pipeline engine's (``measure_pipe``), its TP
+    hand-offs' (``tp_results``), its per-step cost per tensor's (``step_rows``), each in the
+    eager ops of its own run's probe; none, with a message on stderr, without DeepSpeed."""
+    from .bench_deepspeed_pipe_step import step_rows
     from .bench_dp import _mechanism_rows
     why = available()
     if why:
@@ -577,7 +578,7 @@ def rows(base: dict) -> list[dict]:
         how = tag + _method(res["op"], res["pressure"], tp, reads_text(res["reads"]))
         out += _mechanism_rows({**base, "op_fwd_us_same_run": round(res["op"], 2)}, res["op"],
                                MECHANISM, how, values(res, tp))
-    return out
+    return out + step_rows(base, sys.modules[__name__])     # per tensor, per step
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -195,3 +195,20 @@ def test_partitioned_hand_offs_get_their_metadata_from_the_priming_step(fake_pg)
     for eng in pair:
         pp.train_step(eng, data)()
     assert math.isfinite(float(pair[1].agg_train_loss))
+
+
+def test_per_step_cost_is_fitted_per_parameter_tensor():
+    """``bench_deepspeed_pipe_step``: per step = fixed + per_tensor x the stage's tensors,
+    through the intercepts at the two ``BLOCKS`` sizes; its rows name both stages."""
+    from calibrate import bench_deepspeed_pipe_step as ps
+    lo, hi = ps.BLOCKS
+    # 7 tensors at 1 block, 6 more per block: 400 us fixed + 20 us per tensor
+    points = {b: (7 + 6 * (b - 1), 400.0 + 20.0 * (7 + 6 * (b - 1))) for b in ps.BLOCKS}
+    assert ps.tensor_fit(points) == pytest.approx((400.0, 20.0))
+    assert ps.tensor_fit({lo: (8, 700.0), hi: (26, 1060.0)}) == pytest.approx((540.0, 20.0))
+    res = {"stages": {0: {"fixed": 400.0, "per_tensor": 20.0},
+                      1: {"fixed": 500.0, "per_tensor": 25.0}}}
+    vals = dict(ps.values(res, pp))
+    assert vals[f"per step, rest, per parameter tensor, first stage ({lo} vs {hi} blocks)"] == 20.0
+    assert vals[f"per step, rest, fixed, last stage ({lo} vs {hi} blocks)"] == 500.0
+    assert len(vals) == 4
