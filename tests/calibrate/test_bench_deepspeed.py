@@ -80,18 +80,8 @@ def test_config_per_kind():
     assert ds.config(2, 32)["gradient_accumulation_steps"] == 1
 
 
-def test_the_bench_says_why_it_skips(monkeypatch, capsys):
-    import builtins
-
+def test_the_bench_says_why_it_skips(without_deepspeed, capsys):
     from calibrate.bench_framework import deepspeed_rows
-    real = builtins.__import__
-
-    def no_deepspeed(name, *a, **k):
-        if name == "deepspeed" or name.startswith("deepspeed."):
-            raise ImportError("not here")
-        return real(name, *a, **k)
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")            # restored afterwards
-    monkeypatch.setattr(builtins, "__import__", no_deepspeed)
     assert "deepspeed not importable" in ds.available()
     assert deepspeed_rows({}) == []
     assert "deepspeed_zero*_hooks skipped" in capsys.readouterr().err

@@ -107,16 +107,7 @@ def test_rows_per_micro_batch_per_step_and_per_instruction():
     assert len(tp) == 3                         # per step: only its noise, in the intercept
 
 
-def test_the_bench_says_why_it_skips(monkeypatch, capsys):
-    import builtins
-    real = builtins.__import__
-
-    def no_deepspeed(name, *a, **k):
-        if name == "deepspeed" or name.startswith("deepspeed."):
-            raise ImportError("not here")
-        return real(name, *a, **k)
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    monkeypatch.setattr(builtins, "__import__", no_deepspeed)
+def test_the_bench_says_why_it_skips(without_deepspeed, capsys):
     assert pp.rows({}) == []
     assert "deepspeed_pipe_engine skipped: deepspeed not importable" in capsys.readouterr().err
 
