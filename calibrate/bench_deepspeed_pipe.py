@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from .bench_deepspeed import _quiet, available, version
+from .bench_deepspeed_pipe_step import slope_intercept, step_rows
 from .bench_host import HOST_LAYERS, probe_spec
 
 MECHANISM = "deepspeed_pipe_engine"
@@ -67,12 +68,6 @@ def instruction_counts(micro_batches: int, stage: int, stages: int = STAGES) -> 
     from deepspeed.runtime.pipe.schedule import TrainSchedule
     steps = list(TrainSchedule(micro_batches=micro_batches, stages=stages, stage_id=stage))
     return {**Counter(type(c).__name__ for cmds in steps for c in cmds), "steps": len(steps)}
-
-
-def slope_intercept(y_lo: float, y_hi: float, m_lo: int, m_hi: int) -> tuple[float, float]:
-    """(slope per micro-batch, intercept) of ``y`` at ``m_lo`` and ``m_hi`` micro-batches."""
-    slope = (y_hi - y_lo) / (m_hi - m_lo)
-    return slope, y_lo - m_lo * slope
 
 
 def per_unit(counts: dict[int, dict]) -> tuple[dict[str, float], dict[str, float]]:
@@ -564,7 +559,6 @@ def rows(base: dict) -> list[dict]:
     """``deepspeed_pipe_engine`` rows: the pipeline engine's (``measure_pipe``), its TP
     hand-offs' (``tp_results``), its per-step cost per tensor's (``step_rows``), each in the
     eager ops of its own run's probe; none, with a message on stderr, without DeepSpeed."""
-    from .bench_deepspeed_pipe_step import step_rows
     from .bench_dp import _mechanism_rows
     why = available()
     if why:

@@ -19,12 +19,19 @@ from types import ModuleType
 BLOCKS = (1, 4)                          # blocks per stage, both stages
 
 
+def slope_intercept(y_lo: float, y_hi: float, m_lo: int, m_hi: int) -> tuple[float, float]:
+    """(slope per unit, intercept) of the line through ``y`` at ``m_lo`` and ``m_hi`` units
+    (micro-batches in ``bench_deepspeed_pipe``, parameter tensors here)."""
+    slope = (y_hi - y_lo) / (m_hi - m_lo)
+    return slope, y_lo - m_lo * slope
+
+
 def tensor_fit(points: dict[int, tuple[int, float]]) -> tuple[float, float]:
     """(fixed us, us per parameter tensor) through the per-step costs ``points``
     ({blocks per stage: (parameter tensors of the stage, per-step us)}) at ``BLOCKS``."""
     (n_lo, y_lo), (n_hi, y_hi) = (points[b] for b in BLOCKS)
-    per_tensor = (y_hi - y_lo) / (n_hi - n_lo)
-    return y_lo - n_lo * per_tensor, per_tensor
+    per_tensor, fixed = slope_intercept(y_lo, y_hi, n_lo, n_hi)
+    return fixed, per_tensor
 
 
 def _engines(pipe: ModuleType, blocks: int) -> tuple[dict, dict]:
