@@ -1,6 +1,9 @@
 """Shared fixtures: small models, clusters and profiles built from the shipped data."""
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import pytest
 
 import hardware_db
@@ -33,3 +36,13 @@ def llama_small() -> TransformerSpec:
 def plan(**kw) -> Plan:
     """A Plan with test defaults (bf16, 1F1B)."""
     return Plan(**kw)
+
+
+@pytest.fixture(scope="session")
+def host_mechanism_rows() -> dict[int, dict[str, str]]:
+    """hardware_db/data/measurements/host_mechanisms.csv by line (the header is line 1), as
+    the frameworks.json sources cite them."""
+    path = Path(__file__).resolve().parents[1] / "hardware_db" / "data" / "measurements" / \
+        "host_mechanisms.csv"
+    with path.open(newline="") as fh:
+        return dict(enumerate(csv.DictReader(fh), start=2))

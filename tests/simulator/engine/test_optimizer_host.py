@@ -1,6 +1,7 @@
 """The host time of the optimizer step (frameworks.json "host" mechanisms
 ``optimizer_foreach``, ``optimizer_fused``, ``optimizer_dtensor_foreach``,
-``optimizer_dtensor_fused`` (what DTensors add), ``optimizer_decoupled_adamw``; ``cost.host.optimizer_host``;
+``optimizer_dtensor_fused`` (what DTensors add), ``optimizer_decoupled_adamw``;
+``cost.host.optimizer_host``;
 ``engine.step.optimizer_time_s``): each coefficient is the sum of the medians of the CPU
 rows its source cites (``calibrate.bench_optimizer_host``), the count of tensors follows the
 optimizer's parameters (FSDP1's flat units), and the step's optimizer phase is the longer
@@ -8,10 +9,8 @@ of the device's passes and the host's issuing, or both in series where the host 
 device scalar per tensor. Needs neither torch nor a GPU."""
 from __future__ import annotations
 
-import csv
 import dataclasses
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +24,6 @@ from simulator.parallel.framework_plan import with_framework
 from simulator.parallel.plan import Plan
 from simulator.workload import get_preset
 
-CSV = Path(__file__).resolve().parents[3] / "hardware_db" / "data" / "measurements" / \
-    "host_mechanisms.csv"
 STEP, FUSED, DT, DEC = ("optimizer_step_foreach", "optimizer_step_fused",
                         "optimizer_step_fsdp2_dtensor", "optimizer_step_decoupled_adamw")
 CLIP_FIXED = (STEP, "per step, fixed, clip_grad_norm_")
@@ -52,25 +49,23 @@ PARTS = {
 }
 
 
-def _median(mechanism: str, metric: str) -> tuple[float, list[int]]:
+def _median(rows: dict[int, dict[str, str]], mechanism: str,
+            metric: str) -> tuple[float, list[int]]:
     """Median eager ops of the three runs' rows, and their CSV lines (header = line 1)."""
-    runs = []
-    with CSV.open(newline="") as fh:
-        for line, r in enumerate(csv.DictReader(fh), start=2):
-            if r["mechanism"] == mechanism and r["metric"] == metric:
-                runs.append((line, float(r["eager_ops"])))
+    runs = [(line, float(r["eager_ops"])) for line, r in rows.items()
+            if r["mechanism"] == mechanism and r["metric"] == metric]
     assert len(runs) == 3, (mechanism, metric)
     return statistics.median(v for _, v in runs), [ln for ln, _ in runs]
 
 
 @pytest.mark.parametrize("name", sorted(PARTS))
-def test_coefficients_are_sums_of_the_medians_their_source_cites(name):
+def test_coefficients_are_sums_of_the_medians_their_source_cites(name, host_mechanism_rows):
     m = HOST.mechanisms[name]
     for field, parts in zip(("optimizer_fixed_eager_ops", "optimizer_tensor_eager_ops"),
                             PARTS[name]):
         total = 0.0
         for mech, metric in parts:
-            v, lines = _median(mech, metric)
+            v, lines = _median(host_mechanism_rows, mech, metric)
             total += v
             assert f"{lines[0]}, {lines[1]}, {lines[2]}" in m.why, (name, metric)
         assert getattr(m, field) == pytest.approx(total, abs=0.002), (name, field)

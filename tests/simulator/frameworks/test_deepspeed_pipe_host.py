@@ -6,10 +6,8 @@ first or the last stage's instructions per micro-batch (more with partitioned TP
 half in each pass, and the per-step instructions with its optimizer step."""
 from __future__ import annotations
 
-import csv
 import dataclasses
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +17,6 @@ from simulator.frameworks import HOST
 from simulator.parallel.framework_plan import with_framework
 from simulator.parallel.plan import Plan
 
-CSV = Path(__file__).resolve().parents[3] / "hardware_db" / "data" / "measurements" / \
-    "host_mechanisms.csv"
 M = HOST.mechanisms["deepspeed_pipe_engine"]
 FIELDS = {"pipe_first_mb_eager_ops": [551, 589, 665, 703, 779],
           "pipe_last_mb_eager_ops": [563, 601, 677, 715, 791],
@@ -36,14 +32,9 @@ METRIC = {"pipe_first_mb_eager_ops": "per micro-batch, first stage",
           "optimizer_tensor_eager_ops": "per step, rest, per parameter tensor"}
 
 
-def _rows() -> dict[int, dict[str, str]]:
-    with CSV.open(newline="") as fh:
-        return dict(enumerate(csv.DictReader(fh), start=2))
-
-
 @pytest.mark.parametrize("field", sorted(FIELDS))
-def test_coefficients_are_the_medians_of_the_cited_rows(field):
-    rows, lines = _rows(), FIELDS[field]
+def test_coefficients_are_the_medians_of_the_cited_rows(field, host_mechanism_rows):
+    rows, lines = host_mechanism_rows, FIELDS[field]
     for ln in lines:
         r = rows[ln]
         assert r["mechanism"] == "deepspeed_pipe_engine" and METRIC[field] in r["metric"], ln
