@@ -51,6 +51,7 @@ def _flow_shop(m, g_f, g_b, h_f, h_b, n_f, n_b, wait_before_fwd, wait_after_loss
 
 @pytest.mark.parametrize("mech,before,after,host_us", [
     ("megatron_batch_sync", True, False, (60.0, 0.5)),
+    ("hf_trainer_loop", True, False, (60.0, 0.5)),
     ("mcore_loss_check", False, True, (0.5, 60.0))])
 def test_waits_follow_the_flow_shop(mech, before, after, host_us):
     """The mixed regimes where a free host banks lead in one pass kind and spends it in the
@@ -104,14 +105,16 @@ def test_the_loss_pass_is_the_last_position():
 
 
 def test_frameworks_carry_the_waits_their_scripts_have():
-    """Megatron-LM (legacy get_batch) waits before each forward, Megatron-Core's script after
-    the loss; frameworks without such reads (NeMo, hf, FSDP, DeepSpeed) do neither."""
+    """Megatron-LM (legacy get_batch) and HF's Trainer (its loss check) wait before each
+    forward, Megatron-Core's script after the loss; frameworks without such reads (NeMo,
+    FSDP, DeepSpeed) do neither."""
     plan = Plan(micro_batch=1, global_batch=2)
     mechs = {fw: with_framework(plan, fw).host_mechanisms for fw in
              ("megatron-lm", "megatron-core", "nemo", "hf", "llm-foundry", "deepspeed")}
     assert "megatron_batch_sync" in mechs["megatron-lm"]
     assert "mcore_loss_check" in mechs["megatron-core"]
-    for fw in ("nemo", "hf", "llm-foundry", "deepspeed"):
+    assert "hf_trainer_loop" in mechs["hf"]
+    for fw in ("nemo", "llm-foundry", "deepspeed"):
         assert not any(HOST.mechanisms[n].sync_before_fwd or HOST.mechanisms[n].sync_after_loss
                        for n in mechs[fw]), fw
 
