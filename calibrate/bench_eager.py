@@ -10,7 +10,17 @@ allocations are left out):
 * ``rope``: ``apply_rotary_pos_emb`` with ``rotate_half`` (slices, neg, cat, mul, add) on
   Q and K: per element of Q and K together;
 * ``swiglu``: ``LlamaMLP``'s ``act_fn(gate) * up`` (SiLU, then the product): per element
-  of the product.
+  of the product;
+* ``gelu_new``: transformers' ``NewGELUActivation`` (GPT-2's ``activation_function``: the tanh
+  approximation written out, ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))``):
+  per element of its input;
+* ``bloom_gelu``: transformers' ``BloomGelu`` (BLOOM's MLP activation: an autograd Function
+  saving its input, the same tanh formula forward and a written-out derivative backward):
+  per element of its input;
+* ``dropout``: ``nn.Dropout`` in training as a GPU runs it, ``aten.native_dropout`` (at::dropout
+  takes that fused op only for CUDA-like inputs, ``is_fused_kernel_acceptable`` in
+  aten/src/ATen/native/Dropout.cpp; on a CPU it would take the unfused bernoulli path, so
+  the op is called directly): per element of its input.
 
 Bytes and kernels per element are what an op-graph op of that kind moves and launches on a
 GPU when the model code runs eagerly (the aten ops are the same on any device: the Python
@@ -126,7 +136,7 @@ def measure(tokens: int = 512, hidden: int = 1024, heads: int = 8, ffn: int = 28
     k = torch.randn(1, heads, tokens, head_dim, dtype=bf)
     cos, sin = LlamaRotaryEmbedding(cfg)(q, torch.arange(tokens).unsqueeze(0))
     act = torch.nn.SiLU()
-    return {
+    return {**_gpt2_ops(tokens, hidden, ffn),
         "rmsnorm": traffic(lambda x: norm(x), [torch.randn(tokens, hidden, dtype=bf)],
                            tokens * hidden),
         "rope": traffic(lambda a, b: apply_rotary_pos_emb(a, b, cos, sin), [q, k],
@@ -134,6 +144,25 @@ def measure(tokens: int = 512, hidden: int = 1024, heads: int = 8, ffn: int = 28
         "swiglu": traffic(lambda g, u: act(g) * u, [torch.randn(tokens, ffn, dtype=bf),
                                                     torch.randn(tokens, ffn, dtype=bf)],
                           tokens * ffn),
+    }
+
+
+def _gpt2_ops(tokens: int, hidden: int, ffn: int) -> dict[str, dict[str, float]]:
+    """GPT-2's and BLOOM's eager pieces: their GELUs (per element of the ``tokens x ffn``
+    input) and the fused dropout op (per element of a ``tokens x hidden`` input, p = 0.1,
+    GPT2Config's resid_pdrop)."""
+    import torch
+    from transformers.activations import NewGELUActivation
+    from transformers.models.bloom.modeling_bloom import BloomGelu
+    bf = torch.bfloat16
+    gelu, bloom = NewGELUActivation(), BloomGelu().train()
+    return {
+        "gelu_new": traffic(lambda x: gelu(x), [torch.randn(tokens, ffn, dtype=bf)],
+                            tokens * ffn),
+        "bloom_gelu": traffic(lambda x: bloom(x), [torch.randn(tokens, ffn, dtype=bf)],
+                              tokens * ffn),
+        "dropout": traffic(lambda x: torch.native_dropout(x, 0.1, True)[0],
+                           [torch.randn(tokens, hidden, dtype=bf)], tokens * hidden),
     }
 
 
@@ -175,7 +204,10 @@ def measure_torchtitan(tokens: int = 512, hidden: int = 1024, heads: int = 8,
 
 PER = {"rmsnorm": "element of the (tokens x hidden) input",
        "rope": "element of Q and K together",
-       "swiglu": "element of act(gate) * up"}
+       "swiglu": "element of act(gate) * up",
+       "gelu_new": "element of the activation's (tokens x ffn) input",
+       "bloom_gelu": "element of the activation's (tokens x ffn) input",
+       "dropout": "element of the (tokens x hidden) input"}
 
 
 def rows(result: dict[str, dict[str, float]]) -> list[dict[str, str]]:
@@ -185,7 +217,7 @@ def rows(result: dict[str, dict[str, float]]) -> list[dict[str, str]]:
     how = ("in bf16 on CPU, 512 tokens, hidden 1024, 8 heads, ffn 2816; aten ops under "
            "TorchDispatchMode, bytes of tensor inputs + outputs (broadcast views at their "
            "storage), views and allocations excluded, slice_backward's zero-fill and copy added")
-    code = {"": "transformers' Llama module", "torchtitan": "torchtitan's Llama code "
+    code = {"": "transformers' Llama, GPT-2 and BLOOM modules", "torchtitan": "torchtitan's Llama code "
             "(apply_rotary_emb @ 6404b932), ops written out in measure_torchtitan"}
     return [{"module": m, "metric": k, "value": f"{v:.4f}", "per": PER[m.split(":")[-1]],
              "transformers": transformers.__version__, "torch": torch.__version__,

@@ -147,7 +147,10 @@ def layer_shape(model: TransformerSpec, plan: Plan) -> LayerShape:
                       attention_kernel=plan.attention.value,
                       dropout=plan.memory.dropout, loss=plan.memory.loss.value,
                       fused_swiglu=plan.memory.fused_swiglu,
-                      eager_elementwise=plan.memory.eager_elementwise,
+                      # torch.compile fuses the model code's pointwise ops (Inductor):
+                      # their traffic is the fused kernels' under the compiled host mode
+                      eager_elementwise=plan.memory.eager_elementwise
+                      and plan.host_mode != "compiled",
                       eager_code=plan.memory.eager_code, sac_op=sac_op(plan),
                       moe_weighted_activation=plan.memory.moe_weighted_activation,
                       moe_dispatcher=plan.moe_dispatcher, split_qkv=layout.split_qkv,

@@ -69,6 +69,18 @@ _BIAS_SWITCH = {"falcon": ("bias", False), "starcoder2": ("use_bias", True),
                 "opt": ("enable_bias", True)}
 
 
+# (config key, its config class's default) of the dropout transformers 5.24's code applies
+# to the attention and MLP outputs before each residual add (two per layer; counted on its
+# modules, with the key at 0.5 and every other dropout 0, in
+# tests/simulator/workload/test_gpt2_eager.py); families not listed have none or are not
+# read (Falcon, StableLM: one per layer; MPT: none)
+HIDDEN_DROPOUT = {"gpt2": ("resid_pdrop", 0.1), "gpt_bigcode": ("resid_pdrop", 0.1),
+                  "gptj": ("resid_pdrop", 0.0), "phi": ("resid_pdrop", 0.0),
+                  "phi3": ("resid_pdrop", 0.0), "opt": ("dropout", 0.1),
+                  "bloom": ("hidden_dropout", 0.0), "gpt_neox": ("hidden_dropout", 0.0),
+                  "starcoder2": ("residual_dropout", 0.0)}
+
+
 # the common config keys ``hf`` reads, each with the other names families give it
 KEYS = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
@@ -285,6 +297,15 @@ def _qk_norm_params(cfg: Mapping[str, Any], mt: str, head_dim: int) -> int:
     return (heads + kv) * head_dim
 
 
+def _hidden_dropout(cfg: Mapping[str, Any], mt: str) -> float:
+    """``HIDDEN_DROPOUT``'s probability: the config's, else its class default."""
+    if mt not in HIDDEN_DROPOUT:
+        return 0.0
+    key, default = HIDDEN_DROPOUT[mt]
+    v = cfg.get(key)
+    return float(default if v is None else v)
+
+
 def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -> dict[str, Any]:
     """Norm, position embedding, biases, extra norm weights and soft caps (``cfg`` as
     ``canonical`` returns it)."""
@@ -307,6 +328,11 @@ def family_fields(cfg: Mapping[str, Any], mt: str, head_dim: int, hidden: int) -
         # Gemma2/3DecoderLayer: input_layernorm, post_attention_layernorm,
         # pre_feedforward_layernorm, post_feedforward_layernorm (transformers 5.24)
         "sandwich_norms": mt in GEMMA,
+        # transformers' NewGELUActivation / BloomMLP's BloomGelu (eager tanh
+        # approximations), priced apart
+        "act_fn": "bloom_gelu" if mt == "bloom" else "gelu_new"
+        if str(opt(cfg, KEYS["act"]) or "").lower() == "gelu_new" else "",
+        "hidden_dropout": _hidden_dropout(cfg, mt),
     }
     if mt in DEEPSEEK:                           # q_a / kv_a latent RMSNorms (counted by MLASpec)
         out["qk_norm"] = True

@@ -192,6 +192,17 @@ def eager(sh: LayerShape) -> bool:
     return sh.eager_elementwise and sh.act_bytes == 2
 
 
+def hidden_dropout_ops(name: str, m: TransformerSpec, sh: LayerShape,
+                       elems: float) -> list[Op]:
+    """The model code's own dropout on a sublayer's output before its residual add
+    (``TransformerSpec.hidden_dropout`` > 0, eager model code): one fused native_dropout
+    kernel each way, keeping its 1-byte mask (``frameworks.EAGER["dropout"]``). Megatron's
+    fused bias-dropout-add is the framework's (``LayerShape.dropout``), not this."""
+    if m.hidden_dropout <= 0.0 or not eager(sh):
+        return []
+    return [eager_op(name, "dropout", elems, sh, "elementwise", live=2.0 * elems * sh.act_bytes)]
+
+
 def norm_op(name: str, m: TransformerSpec, sh: LayerShape, elems: float) -> Op:
     """A norm over ``elems`` activations (one fused kernel, or eager RMSNorm code)."""
     fused = _mem(name, elems, elems, sh, saved=elems * sh.act_bytes, kind="norm")
@@ -253,9 +264,14 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     eager_glu = m.mlp == MLP.SWIGLU and not sh.fused_swiglu
     act_saved = (act_in + (act_out if eager_glu else 0)) * ab
     act = _mem(f"{name}_act", act_in, act_out, sh, saved=act_saved)
-    ops.append(eager_op(act.name, "swiglu", act_out, sh, "elementwise",
-                        live=act.bytes_moved, saved=act_saved)
-               if eager_glu and eager(sh) else act)
+    if eager_glu and eager(sh):
+        act = eager_op(act.name, "swiglu", act_out, sh, "elementwise", live=act.bytes_moved,
+                       saved=act_saved)
+    elif m.mlp == MLP.GELU and m.act_fn and eager(sh):
+        # GPT-2's / BLOOM's GELU written out (transformers' NewGELUActivation, BloomGelu):
+        # per element of its input
+        act = eager_op(act.name, m.act_fn, act_in, sh, "elementwise", live=act.bytes_moved)
+    ops.append(act)
     ops.append(_gemm(f"{name}_fc2", rows, h, f, sh, saved=act_out * ab, batch=groups))
     if groups > 1:
         ops = [replace(o, grouped=True) if o.kind == OpKind.GEMM else o for o in ops]

@@ -30,6 +30,7 @@ from .op_types import (  # noqa: F401  (Op, OpKind, LayerShape, ... are this mod
     _tokens,
     eager,
     eager_op,
+    hidden_dropout_ops,
     mlp_ops,
     norm_op,
     with_fp8_casts,
@@ -67,6 +68,7 @@ def attention_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op
     ops += _leave_tp("attn_out_reduce", m, sh, "attn_out")
     if m.sandwich_norms:                     # Gemma's post_attention_layernorm
         ops.append(norm_op("post_attn_norm", m, sh, Ts * h))
+    ops += hidden_dropout_ops("attn_out_dropout", m, sh, Ts * h)
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("attn_residual", 2 * Ts * h, Ts * h, sh, saved=mask, elem_bytes=ab))
     return ops
@@ -329,6 +331,7 @@ def layer_ops(m: TransformerSpec, sh: LayerShape, layer: int = 0) -> list[Op]:
         ops += _leave_tp("mlp_reduce", m, sh, "mlp_fc2")
     if m.sandwich_norms:                     # Gemma's post_feedforward_layernorm
         ops.append(norm_op("post_ffn_norm", m, sh, Ts * h))
+    ops += hidden_dropout_ops("mlp_out_dropout", m, sh, Ts * h)
     mask = Ts * h if sh.dropout else 0
     ops.append(_mem("mlp_residual", 2 * Ts * h, Ts * h, sh, saved=mask))
     return with_fp8_casts(ops) if sh.dtype == "fp8" else ops

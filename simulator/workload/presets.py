@@ -189,8 +189,9 @@ def _small() -> list[TransformerSpec]:
         TransformerSpec("gpt2-124m", n_layers=12, hidden=768, ffn_hidden=3072, n_heads=12,
                         n_kv_heads=12, vocab=50257, seq_len=1024, mlp=MLP.GELU,
                         tied_embeddings=True,
-                        split_qkv=False,
-                        source="openai-community/gpt2 config.json; Radford et al. 2019"),
+                        split_qkv=False, act_fn="gelu_new", hidden_dropout=0.1,
+                        source="openai-community/gpt2 config.json (activation_function "
+                               "gelu_new, resid_pdrop 0.1); Radford et al. 2019"),
     ]
 
 

@@ -124,6 +124,9 @@ _SIZE_LIMITS = (("n_layers", L.MAX_LAYERS), ("hidden", L.MAX_HIDDEN), ("ffn_hidd
 _ENUMS = (("mlp", MLP, "gelu, swiglu or relu2", spellings.MLP),
           ("norm", Norm, "layernorm or rmsnorm", {}),
           ("position", Position, "learned, rope or alibi", {}))
+# MLP activations whose eager code the op graph prices apart (frameworks.json
+# eager_elementwise rows of the same name); "" is a fused kernel
+ACT_FNS = ("", "gelu_new", "bloom_gelu")
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,14 @@ class TransformerSpec:
     # the op graph. OLMo 2's post-norms replace its pre-norms (same count, same bytes): not
     # this flag.
     sandwich_norms: bool = False
+    # the MLP activation as the model's own (transformers) code names it, where eager code
+    # runs it differently from one fused kernel: "gelu_new" (GPT-2's tanh approximation
+    # written out), "bloom_gelu" (BLOOM's autograd Function of the same); "" otherwise. Priced only for frameworks running that code eagerly.
+    act_fn: str = ""
+    # probability of the hidden-state dropout after the attention and MLP output
+    # projections in the model's own code (GPT-2's resid_pdrop); Megatron's fused dropout
+    # is a framework convention (FrameworkMemory.dropout), not this
+    hidden_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         for f, hi in _SIZE_LIMITS:
@@ -215,6 +226,11 @@ class TransformerSpec:
         for f in ("split_qkv", "split_gate_up"):
             if getattr(self, f) not in (None, True, False):
                 raise InvalidInputError(f, getattr(self, f), "true, false or null")
+        if self.act_fn not in ACT_FNS:
+            raise InvalidInputError("act_fn", self.act_fn, " or ".join(map(repr, ACT_FNS)))
+        d = self.hidden_dropout
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 <= d < 1.0:
+            raise InvalidInputError("hidden_dropout", d, "a probability in [0, 1)")
         for f in ("window", "global_every", "extra_norm_params", "mtp_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
