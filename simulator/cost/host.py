@@ -448,6 +448,16 @@ def moe_layer_host(names: tuple[str, ...], fwd: list[Op], bwd: list[Op],
                    net(b, plain_bwd, MOE_BLOCK_OPS, True), sync)
 
 
+def code_mechanisms(names: tuple[str, ...], model: TransformerSpec) -> tuple[str, ...]:
+    """``names`` with each mechanism measured on another code style replaced by its variant
+    for the model's (``HostMechanism.replaces`` / ``for_code``, ``TransformerSpec.code_style``):
+    GPT-2-style code pays GPT-2's layer Python, not Llama's."""
+    style = model.code_style
+    subs = {m.replaces: n for n, m in HOST.mechanisms.items()
+            if m.replaces and m.for_code == style}
+    return tuple(subs.get(n, n) for n in names)
+
+
 def lead_layers(names: tuple[str, ...]) -> int:
     """How many layers the host may run ahead of the device (-1: unbounded)."""
     leads = [HOST.mechanisms[n].lead_layers for n in names if HOST.mechanisms[n].lead_layers >= 0]

@@ -16,6 +16,7 @@ from ..cost.host import (
     MoEHost,
     ParamLayout,
     bucket_copy_ops,
+    code_mechanisms,
     device_copy_ops,
     eager_host,
     first_op_share,
@@ -253,6 +254,8 @@ def build_chunks(model: TransformerSpec, plan: Plan, cluster: ClusterSpec, prof:
                  groups: dict[str, GroupPlacement]) -> list[list[ChunkWork]]:
     """``result[stage][chunk]`` for every stage and virtual chunk (layers placed as the
     schedule places them: ``schedule.chunk_parts``)."""
+    # the layer Python of the model's own code style (GPT-2's blocks, Llama's layers)
+    plan = replace(plan, host_mechanisms=code_mechanisms(plan.host_mechanisms, model))
     C, placed = chunk_parts(plan.schedule, plan.pp, plan.vpp)
     parts = partition_layers(model.n_layers, C)
     cache = _LayerCache(model, plan, cluster, prof, groups)

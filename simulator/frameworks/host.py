@@ -115,7 +115,9 @@ class HostMechanism:
     stage beyond the model's passes (forward and backward together, charged half to each),
     and ``pipe_tp_*_mb_eager_ops`` more when the model is tensor-parallel and the hand-offs
     are partitioned over the TP group, ``pipe_tp_fwd_share`` (first, middle, last) of it in
-    the forward."""
+    the forward; ``replaces`` / ``for_code``: this mechanism stands in for ``replaces`` when
+    the model's own code is of style ``for_code`` (``TransformerSpec.code_style``: the layer
+    Python measured on another model's modules, ``cost.host.code_mechanisms``)."""
 
     layer_fwd_eager_ops: float = 0.0
     layer_bwd_eager_ops: float = 0.0
@@ -182,6 +184,8 @@ class HostMechanism:
     pipe_tp_middle_mb_eager_ops: float = 0.0
     pipe_tp_last_mb_eager_ops: float = 0.0
     pipe_tp_fwd_share: tuple[float, ...] = (0.5, 0.5, 0.5)
+    replaces: str = ""
+    for_code: str = ""
     why: str = ""
 
 

@@ -239,6 +239,15 @@ class TransformerSpec:
             raise InvalidInputError("moe_dense_layers", self.moe.dense_layers,
                                     f"at most n_layers={self.n_layers}")
 
+    @property
+    def code_style(self) -> str:
+        """Whose module structure the model's own (transformers) code follows, for host costs
+        measured on one model's modules: "gpt2" for LayerNorm with learned positions (GPT-2,
+        GPT-BigCode, OPT; GPT-3-shaped presets), else "llama" (assumed for every other
+        family: RMSNorm and rotary or ALiBi models)."""
+        learned = self.norm == Norm.LAYERNORM and self.position == Position.LEARNED
+        return "gpt2" if learned else "llama"
+
     # ---- derived sizes ----------------------------------------------------------------
     @property
     def q_dim(self) -> int:

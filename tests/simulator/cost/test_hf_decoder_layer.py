@@ -29,6 +29,13 @@ from simulator.parallel.framework_plan import with_framework
 from simulator.parallel.plan import Plan
 from simulator.workload.hf import from_hf_config
 from simulator.workload.presets import get_preset
+from simulator.workload.spec import Norm, Position
+
+
+def _llama_style(name: str):
+    """A small preset with Llama's norm and positions, so its code is Llama-style
+    (``TransformerSpec.code_style``) and pays hf_decoder_layer itself."""
+    return dataclasses.replace(get_preset(name), norm=Norm.RMSNORM, position=Position.ROPE)
 
 ROOT = Path(__file__).resolve().parents[3]
 HF = HOST.mechanisms["hf_decoder_layer"]
@@ -76,9 +83,10 @@ def test_rows_are_their_stated_differences_and_the_mechanism_their_medians(mecha
 def test_the_hf_framework_carries_it_and_ddp_hooks_only_with_replicas():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "hf").host_mechanisms == ("ddp_param_hooks", "hf_decoder_layer",
-                                                          "optimizer_fused")
+                                                          "optimizer_fused", "hf_trainer_loop")
     one = dataclasses.replace(base, dp=1)
-    assert with_framework(one, "hf").host_mechanisms == ("hf_decoder_layer", "optimizer_fused")
+    assert with_framework(one, "hf").host_mechanisms == ("hf_decoder_layer", "optimizer_fused",
+                                                         "hf_trainer_loop")
     from simulator.parallel.framework_plan import _applicable
     both = ("ddp_param_hooks", "hf_decoder_layer")
     assert _applicable(both, 3, 8) == ("hf_decoder_layer",)      # FSDP: no DDP hooks
@@ -91,14 +99,15 @@ def test_the_hf_framework_carries_it_and_ddp_hooks_only_with_replicas():
                                                                                    **fused)
 
 
-def _chunk(mech, recompute="none", mode="eager"):
+def _chunk(mech, recompute="none", mode="eager", model=None):
     prof = dataclasses.replace(hardware_db.load_profile("h100-sxm"),
                                host=HostModel(Coefficient(10.0, "us", "t"),
                                               Coefficient(12.0, "us", "t")))
     cl = hardware_db.build_cluster("h100-sxm", 2)
     plan = Plan(dp=2, micro_batch=1, global_batch=2, host_mechanisms=mech, host_mode=mode,
                 recompute=recompute)
-    return build_chunks(get_preset("tiny-2l-128"), plan, cl, prof, place_groups(cl, plan))[0][0]
+    model = model or _llama_style("tiny-2l-128")
+    return build_chunks(model, plan, cl, prof, place_groups(cl, plan))[0][0]
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
@@ -123,6 +132,47 @@ def test_model_python_charged_once_per_pass_on_the_output_layer_chunk():
         (n * HF.layer_bwd_eager_ops + HF.model_bwd_eager_ops) * 10e-6)
     # the weight-gradient half carries the per-layer part only
     assert b.wgrad.host_s - a.wgrad.host_s == pytest.approx(n * HF.layer_bwd_eager_ops * 10e-6)
+
+
+def test_gpt2_style_code_pays_gpt2s_block_python():
+    """A LayerNorm model with learned positions (GPT-2's code style) is charged
+    hf_gpt2_layer's measured block Python in place of the Llama layer's, the rest alike."""
+    gpt = dataclasses.replace(get_preset("tiny-2l-128"), norm=Norm.LAYERNORM,
+                              position=Position.LEARNED)
+    assert gpt.code_style == "gpt2" and _llama_style("tiny-2l-128").code_style == "llama"
+    g2 = HOST.mechanisms["hf_gpt2_layer"]
+    a, b = _chunk((), model=gpt), _chunk(("hf_decoder_layer",), model=gpt)
+    n = len(b.layers)
+    assert b.fwd.host_s - a.fwd.host_s == pytest.approx(
+        (n * g2.layer_module_fwd_eager_ops + g2.model_fwd_eager_ops) * 10e-6)
+    assert b.bwd.host_s - a.bwd.host_s == pytest.approx(
+        (n * g2.layer_bwd_eager_ops + g2.model_bwd_eager_ops) * 10e-6)
+    assert g2.layer_bwd_eager_ops < 0.6 * HF.layer_bwd_eager_ops
+
+
+def _gpt2_glue_ratios() -> tuple[float, float]:
+    """Medians of the per-run (GPT-2 block without dropout) / (Llama layer) glue ratios of
+    the same runs, forward and backward (host_mechanisms.csv lines 829-876)."""
+    runs: dict[str, list[float]] = {}
+    with (ROOT / "hardware_db" / "data" / "measurements" / "host_mechanisms.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            if r["mechanism"] == "hf_gpt2_layer" and r["metric"].endswith("glue"):
+                runs.setdefault(r["metric"], []).append(float(r["eager_ops"]))
+    out = []
+    for p in ("fwd", "bwd"):
+        g, ll = runs[f"gpt2_nodrop: per layer, {p}, glue"], runs[f"llama: per layer, {p}, glue"]
+        assert len(g) == len(ll) == 3
+        out.append(statistics.median(x / y for x, y in zip(g, ll)))
+    return out[0], out[1]
+
+
+def test_gpt2_block_python_is_the_measured_ratio_of_the_llama_layers():
+    f, b = _gpt2_glue_ratios()
+    g2 = HOST.mechanisms["hf_gpt2_layer"]
+    assert g2.layer_module_fwd_eager_ops == pytest.approx(HF.layer_module_fwd_eager_ops * f,
+                                                          abs=0.01)
+    assert g2.layer_bwd_eager_ops == pytest.approx(HF.layer_bwd_eager_ops * b, abs=0.01)
+    assert (g2.replaces, g2.for_code) == ("hf_decoder_layer", "gpt2")
 
 
 def _published_ms() -> float:
@@ -182,7 +232,7 @@ def test_model_python_stays_eager_under_per_layer_graphs_and_sits_with_the_head(
     graphs = model_host(("hf_decoder_layer",), prof, "cuda_graphs")
     assert eager[0].seconds > 0 and graphs[0].seconds == pytest.approx(eager[0].seconds)
     cl = hardware_db.build_cluster("h100-sxm", 2)
-    model = get_preset("small-4l-256")
+    model = _llama_style("small-4l-256")
     chunks = {}
     for mech in ((), ("hf_decoder_layer",)):
         plan = Plan(pp=2, micro_batch=1, global_batch=4, host_mechanisms=mech)
