@@ -193,7 +193,8 @@ class TransformerSpec:
     sandwich_norms: bool = False
     # the MLP activation as the model's own (transformers) code names it, where eager code
     # runs it differently from one fused kernel: "gelu_new" (GPT-2's tanh approximation
-    # written out), "bloom_gelu" (BLOOM's autograd Function of the same); "" otherwise. Priced only for frameworks running that code eagerly.
+    # written out), "bloom_gelu" (BLOOM's autograd Function of the same); "" otherwise.
+    # Priced only for frameworks running that code eagerly.
     act_fn: str = ""
     # probability of the hidden-state dropout after the attention and MLP output
     # projections in the model's own code (GPT-2's resid_pdrop); Megatron's fused dropout
