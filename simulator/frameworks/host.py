@@ -110,6 +110,8 @@ class HostMechanism:
     step's host time adds to its device time;
     ``only_with_pp``: the mechanism exists only under pipeline parallelism (DeepSpeed's
     ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
+    ``only_without_pp``: only without it (torchtitan copies each accumulated micro-batch
+    to the device before its forward, but every pipeline micro-batch before the schedule);
     ``pipe_first_mb_eager_ops`` / ``pipe_middle_mb_eager_ops`` / ``pipe_last_mb_eager_ops``:
     per micro-batch, the pipeline engine's instructions on the first / a middle / the last
     stage beyond the model's passes (forward and backward together, charged half to each),
@@ -177,6 +179,7 @@ class HostMechanism:
     optimizer_flat_units: bool = False
     optimizer_sync_per_tensor: bool = False
     only_with_pp: bool = False
+    only_without_pp: bool = False
     pipe_first_mb_eager_ops: float = 0.0
     pipe_middle_mb_eager_ops: float = 0.0
     pipe_last_mb_eager_ops: float = 0.0

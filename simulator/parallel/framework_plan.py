@@ -82,7 +82,8 @@ def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
     replica), those marked ``only_without_vpp`` only without virtual stages (Megatron-Core
     overlaps p2p, with no batched sync, only in the interleaved schedule), those marked
     ``only_with_pp`` only where DeepSpeed's pipeline engine runs (pipeline stages, no
-    virtual ones, plain 1F1B: its only training schedule), and those that
+    virtual ones, plain 1F1B: its only training schedule), those marked
+    ``only_without_pp`` only without pipeline stages, and those that
     name ``zero_stages`` only at those stages (DeepSpeed's ZeRO hooks)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
@@ -90,5 +91,6 @@ def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
                  and not (HOST.mechanisms[m].only_without_vpp and vpp > 1)
                  and not (HOST.mechanisms[m].only_with_pp
                           and (pp <= 1 or vpp > 1 or not one_f_one_b))
+                 and not (HOST.mechanisms[m].only_without_pp and pp > 1)
                  and not (HOST.mechanisms[m].zero_stages
                           and zero not in HOST.mechanisms[m].zero_stages))

@@ -180,9 +180,9 @@ def test_fsdp2_copies_are_charged_per_pass_and_only_under_fsdp():
     assert b_part == pytest.approx(4.0 * b.params / bw + n * launch, rel=1e-9)
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "torchtitan").host_mechanisms == \
-        ("fsdp2_unit", "optimizer_fused", "optimizer_dtensor_fused")
+        ("fsdp2_unit", "optimizer_fused", "optimizer_dtensor_fused", "torchtitan_batch_copy")
     assert with_framework(dataclasses.replace(base, zero_stage=1), "torchtitan",
-                          {"zero_stage"}).host_mechanisms == ()
+                          {"zero_stage"}).host_mechanisms == ("torchtitan_batch_copy",)
 
 
 def test_te_module_calls_cost_their_measured_host_ratio():

@@ -52,6 +52,7 @@ def _flow_shop(m, g_f, g_b, h_f, h_b, n_f, n_b, wait_before_fwd, wait_after_loss
 @pytest.mark.parametrize("mech,before,after,host_us", [
     ("megatron_batch_sync", True, False, (60.0, 0.5)),
     ("hf_trainer_loop", True, False, (60.0, 0.5)),
+    ("torchtitan_batch_copy", True, False, (60.0, 0.5)),
     ("mcore_loss_check", False, True, (0.5, 60.0))])
 def test_waits_follow_the_flow_shop(mech, before, after, host_us):
     """The mixed regimes where a free host banks lead in one pass kind and spends it in the
@@ -117,6 +118,19 @@ def test_frameworks_carry_the_waits_their_scripts_have():
     for fw in ("nemo", "llm-foundry", "deepspeed"):
         assert not any(HOST.mechanisms[n].sync_before_fwd or HOST.mechanisms[n].sync_after_loss
                        for n in mechs[fw]), fw
+
+
+def test_torchtitan_waits_before_each_accumulated_micro_batch_only_without_pp():
+    """torchtitan copies each gradient-accumulation micro-batch to the GPU (a blocking copy:
+    cudaStreamSynchronize) right before its forward; under pipeline parallelism it copies
+    them all before the schedule runs, so no wait inside the step."""
+    flat = with_framework(Plan(dp=8, micro_batch=1, global_batch=32, precision="bf16"),
+                          "torchtitan")
+    piped = with_framework(Plan(pp=2, dp=4, micro_batch=1, global_batch=32,
+                                precision="bf16"), "torchtitan")
+    assert "torchtitan_batch_copy" in flat.host_mechanisms
+    assert "torchtitan_batch_copy" not in piped.host_mechanisms
+    assert HOST.mechanisms["torchtitan_batch_copy"].sync_before_fwd
 
 
 def test_megatron_core_and_nemo_sync_at_hand_offs_only_without_virtual_stages():
