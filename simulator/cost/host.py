@@ -480,6 +480,12 @@ def sync_at_p2p(names: tuple[str, ...]) -> bool:
     return any(HOST.mechanisms[n].sync_at_p2p for n in names)
 
 
+def load_syncs(names: tuple[str, ...]) -> bool:
+    """Whether the pipeline engine's batch load waits for the device on the first and last
+    stages (``HostMechanism.sync_load_edge_stages``)."""
+    return any(HOST.mechanisms[n].sync_load_edge_stages for n in names)
+
+
 def pass_syncs(names: tuple[str, ...]) -> tuple[bool, bool]:
     """(``sync_before_fwd``, ``sync_after_loss``) of the mechanisms ``names``."""
     mechs = [HOST.mechanisms[n] for n in names]

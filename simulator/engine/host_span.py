@@ -18,7 +18,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..cost.host import host_waits, lead_layers, lead_release_frac, pass_syncs, sync_at_p2p
+from ..cost.host import (host_waits, lead_layers, lead_release_frac, load_syncs, pass_syncs,
+                         sync_at_p2p)
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
 from ..parallel.schedule import is_loss_pass, iter_pass_order, plain_loss_pass
@@ -39,6 +40,8 @@ class StageSpan:
 def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -> StageSpan:
     m, host = plan.num_microbatches, prof.host
     syncs = pass_syncs(plan.host_mechanisms)
+    if load_syncs(plan.host_mechanisms) and stage in (0, plan.pp - 1):
+        syncs = (True, syncs[1])           # DeepSpeed's LoadMicroBatch: a blocking copy
     every = plan.pp > 1 and sync_at_p2p(plan.host_mechanisms)   # waits before every pass
     plain = iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp)
     if plain is not None:          # (device s, host s, ops, layers) by pass kind: a tuple each;

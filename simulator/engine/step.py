@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..cost.host import (first_op_share, host_waits, launch_blocking, lead_layers,
-                         lead_release_frac, optimizer_host, pass_syncs, sync_at_p2p)
+                         lead_release_frac, load_syncs, optimizer_host, pass_syncs,
+                         sync_at_p2p)
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
@@ -320,6 +321,8 @@ def ds_stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
     prev: Unit | None = None
     tid = recv = -1
     synced = sync_at_p2p(plan.host_mechanisms)
+    # LoadMicroBatch's blocking copy to the device on the first and last stages
+    loads = load_syncs(plan.host_mechanisms) and s in (0, plan.pp - 1)
     for kind, mb in stage_commands(s, plan, m):
         u = pass_unit(kind, mb)
         if u is None:
@@ -332,10 +335,13 @@ def ds_stage_units(eng: Engine, s: int, chunks: list[ChunkWork], plan: Plan, m: 
             continue
         pc, pt = passes[u]
         prev_layers = len(chunks[0].layers) if prev is not None else 0
+        queued = tid                                   # the stream's last task so far
         tid = _issue(eng, st, host, f"{u.label} mb{u.mb} c0", pc, pt, prev_layers, u, prev,
                      plan, s)
         if synced and recv >= 0 and u in st.hosts:    # the host waits for the data too
             eng.depend(st.hosts[u], recv)
+        if loads and u.fwd and queued >= 0 and u in st.hosts:   # and for the stream
+            eng.depend(st.hosts[u], queued)
         st.ends[u] = tid
         prev, recv = u, -1
     st.last_unit = st.tail = tid

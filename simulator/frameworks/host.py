@@ -112,6 +112,9 @@ class HostMechanism:
     ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
     ``only_without_pp``: only without it (torchtitan copies each accumulated micro-batch
     to the device before its forward, but every pipeline micro-batch before the schedule);
+    ``sync_load_edge_stages``: on the first and last pipeline stages the host waits for the
+    device before each forward (DeepSpeed's LoadMicroBatch copies the batch with a blocking
+    ``.to(device)``; played by the event engine's DeepSpeed instruction stream);
     ``pipe_first_mb_eager_ops`` / ``pipe_middle_mb_eager_ops`` / ``pipe_last_mb_eager_ops``:
     per micro-batch, the pipeline engine's instructions on the first / a middle / the last
     stage beyond the model's passes (forward and backward together, charged half to each),
@@ -180,6 +183,7 @@ class HostMechanism:
     optimizer_sync_per_tensor: bool = False
     only_with_pp: bool = False
     only_without_pp: bool = False
+    sync_load_edge_stages: bool = False
     pipe_first_mb_eager_ops: float = 0.0
     pipe_middle_mb_eager_ops: float = 0.0
     pipe_last_mb_eager_ops: float = 0.0

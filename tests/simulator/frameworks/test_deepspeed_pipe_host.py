@@ -101,3 +101,36 @@ def test_a_small_pipelined_step_grows_by_it():
     bare = dataclasses.replace(plan, host_mechanisms=tuple(
         n for n in plan.host_mechanisms if n != "deepspeed_pipe_engine"))
     assert simulate(m, plan, cl, prof).step_time_s > simulate(m, bare, cl, prof).step_time_s
+
+
+def _ds_step(load_sync: bool, monkeypatch, fwd_us: float, bwd_us: float, pp: int = 3):
+    """A DeepSpeed pipeline step (event engine: the instruction stream) with the load wait on
+    or off (``sync_load_edge_stages``), on a host costing ``fwd_us`` / ``bwd_us`` per op."""
+    from simulator.engine.simulate import simulate
+    from simulator.hardware.profile import Coefficient, HostModel
+    from simulator.workload.spec import TransformerSpec
+    model = TransformerSpec("ds-host", n_layers=6, hidden=512, ffn_hidden=2048, n_heads=8,
+                            n_kv_heads=8, vocab=8192, seq_len=512)
+    prof = dataclasses.replace(hardware_db.load_profile("h100-sxm"), host=HostModel(
+        Coefficient(fwd_us, "us", "test"), Coefficient(bwd_us, "us", "test"), False))
+    monkeypatch.setitem(HOST.mechanisms, "deepspeed_pipe_engine",
+                        dataclasses.replace(M, sync_load_edge_stages=load_sync))
+    plan = with_framework(Plan(pp=pp, micro_batch=1, global_batch=8, precision="bf16"),
+                          "deepspeed")
+    assert "deepspeed_pipe_engine" in plan.host_mechanisms
+    cl = hardware_db.build_cluster("h100-sxm", pp)
+    return simulate(model, plan, cl, prof)
+
+
+def test_load_micro_batch_waits_for_the_device_on_the_edge_stages(monkeypatch):
+    """LoadMicroBatch's blocking copy (first stage: inputs, last: labels) makes the host wait
+    for the device before each forward there: never faster, and slower where the host banks
+    lead in a device-heavy backward and spends it in a host-heavy forward."""
+    assert M.sync_load_edge_stages
+    assert "blocking .to(self.device)" in M.why
+    for f_us, b_us in ((1.0, 1.0), (60.0, 0.5), (400.0, 400.0)):
+        free = _ds_step(False, monkeypatch, f_us, b_us).step_time_s
+        waits = _ds_step(True, monkeypatch, f_us, b_us).step_time_s
+        assert waits >= free * (1 - 1e-12), (f_us, b_us)
+    assert _ds_step(True, monkeypatch, 60.0, 0.5).step_time_s > \
+        _ds_step(False, monkeypatch, 60.0, 0.5).step_time_s
