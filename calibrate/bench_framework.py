@@ -54,6 +54,9 @@
   skipped without DeepSpeed): ``train_batch`` of the probe in 2 stages over the bare stages,
   per micro-batch and per step for the first and the last stage, each instruction, and its
   tensor-parallel (``PartitionedTensor``) hand-offs' extra, timed in a child process.
+* ``hf_trainer_loop``: HuggingFace ``Trainer``'s own host work per micro-batch and per optimizer
+  step beyond the model's, and its host reads (``calibrate.bench_hf_trainer``; skipped without
+  transformers).
 
 Each is divided by the host time per op-graph op forward measured in the same run (the
 host probe), giving ``eager ops`` that ``frameworks.json`` stores and the simulator scales
@@ -306,6 +309,14 @@ def deepspeed_pipe_rows(base: dict) -> list[dict]:
     return rows(base)
 
 
+def _optional_rows(base: dict, want) -> list[dict]:
+    """``deepspeed_pipe_engine`` and ``hf_trainer_loop`` rows (``calibrate.bench_hf_trainer``,
+    in its own probe's eager ops; none, with a message, without transformers), as ``want``s."""
+    from .bench_hf_trainer import rows as trainer_rows
+    return ((deepspeed_pipe_rows(base) if want("deepspeed_pipe_engine") else [])
+            + (trainer_rows(base) if want("hf_trainer_loop") else []))
+
+
 def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
                 graph: tuple[int, int]) -> list[tuple[str, float]]:
     """Per-layer (metric, us) rows from ``block`` and ``recompute`` cases at ``layers``
@@ -462,7 +473,7 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     if want("mcore_model"):
         rows += mcore_model_rows(base)
     rows += (hf_rows(base) if want("hf_decoder_layer") else []) + deepspeed_rows(base, only)
-    rows += deepspeed_pipe_rows(base) if want("deepspeed_pipe_engine") else []
+    rows += _optional_rows(base, want)
     legacy = {"megatron_legacy_layer": legacy_rows,
               "megatron_legacy_model_split": legacy_split_rows}
     if only and only <= set(legacy):    # alone: their stand-ins stay in this process

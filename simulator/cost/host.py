@@ -470,6 +470,26 @@ def lead_release_frac(lead: int, layers: int) -> float:
     return max(0.0, 1.0 - lead / max(1, layers))
 
 
+def pass_first_share(host_s: float, host_ops: float, lead_s: float = 0.0) -> float:
+    """Share of a pass's host time ``host_s`` after which the device may start it: the work
+    issued before its first op (``lead_s``, a training loop's per-micro-batch Python) and
+    then the first of its ``host_ops`` ops."""
+    if host_s <= 0.0:
+        return first_op_share(host_ops)
+    lead = min(lead_s, host_s)
+    return min(1.0, (lead + (host_s - lead) * first_op_share(host_ops)) / host_s)
+
+
+def loop_lead_host(names: tuple[str, ...], prof: Profile, layers: int) -> HostCost:
+    """Host time a training loop spends per micro-batch before the forward's first op
+    (``mb_lead_fwd_eager_ops`` + ``mb_lead_layer_fwd_eager_ops`` per layer of the model:
+    HF's Trainer walks every module in ``model.train()`` and ``floating_point_ops``); the
+    loop's Python, not scaled by the launch mode."""
+    ops = sum(HOST.mechanisms[n].mb_lead_fwd_eager_ops
+              + layers * HOST.mechanisms[n].mb_lead_layer_fwd_eager_ops for n in names)
+    return mechanism_host(ops, prof)
+
+
 def first_op_share(host_ops: float) -> float:
     """Share of a pass's issue time after which the device may start the pass: the first
     of the ``host_ops`` ops it issues."""

@@ -60,6 +60,7 @@ class PassCost:
     op_times: dict[str, float] = field(default_factory=dict)  # name -> seconds (summed)
     host_s: float = 0.0                                       # host time issuing the pass
     host_ops: float = 0.0                                     # ops the host issues
+    host_lead_s: float = 0.0                  # of host_s, issued before the pass's first op
     link_busy_s: dict[str, float] = field(default_factory=dict)  # fabric tier -> busy seconds
     _segments: list[Segment] = field(default_factory=list, repr=False)
     # segments of added passes not yet appended (only a timeline reads them: a chunk adds
@@ -88,6 +89,7 @@ class PassCost:
         self.model_flops += times * other.model_flops
         self.host_s += times * other.host_s
         self.host_ops += times * other.host_ops
+        self.host_lead_s += times * other.host_lead_s
         self.hardware_flops += times * other.hardware_flops
         for k, v in other.comm_s.items():
             self.comm_s[k] = self.comm_s.get(k, 0.0) + times * v

@@ -19,15 +19,16 @@ from ..cost.host import (
     code_mechanisms,
     device_copy_ops,
     eager_host,
-    first_op_share,
     fsdp_lane_ops,
     host_mode,
     layer_host,
     linear_calls,
+    loop_lead_host,
     mechanisms_host,
     model_host,
     moe_layer_host,
     param_tensors,
+    pass_first_share,
 )
 from ..cost.layer import (
     PassCost,
@@ -95,8 +96,9 @@ class ChunkWork:
 
 def pass_numbers(pc: PassCost, ch: ChunkWork) -> tuple[float, float, float, int]:
     """What the host/device recursions read of one pass of ``ch``: (device seconds, host
-    seconds, ``first_op_share`` of the host time, layers)."""
-    return pc.total_s, pc.host_s, first_op_share(pc.host_ops), len(ch.layers)
+    seconds, ``pass_first_share`` of the host time, layers)."""
+    return pc.total_s, pc.host_s, pass_first_share(pc.host_s, pc.host_ops, pc.host_lead_s), \
+        len(ch.layers)
 
 
 def _without(whole: PassCost, part: PassCost) -> PassCost:
@@ -332,6 +334,10 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
                         1.0 / plan.num_microbatches, plan.tp)
     fwd.add(_set_host(PassCost(), mf))
     bwd.add(_set_host(PassCost(), mb))
+    if first:                    # the training loop's Python before the forward's first op
+        lead = _set_host(PassCost(), loop_lead_host(plan.host_mechanisms, prof, model.n_layers))
+        lead.host_lead_s = lead.host_s
+        fwd.add(lead)
     if plan.zero_stage >= 3:
         _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
                        _fsdp_edge_params(model, plan, first, last), dense,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..cost.host import (first_op_share, host_waits, launch_blocking, lead_layers,
-                         lead_release_frac, load_syncs, optimizer_host, pass_syncs,
+from ..cost.host import (host_waits, launch_blocking, lead_layers, lead_release_frac,
+                         load_syncs, optimizer_host, pass_first_share, pass_syncs,
                          sync_at_p2p)
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
@@ -288,7 +288,7 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, pt: Pas
     if host == comp:                                   # synchronous: host, then kernels
         st.units[u] = eng.add(name, comp, pt.duration_s, **meta)
         return st.units[u]
-    first = first_op_share(pc.host_ops)
+    first = pass_first_share(pc.host_s, pc.host_ops, pc.host_lead_s)
     st.units[u] = eng.add(name, comp, pt.duration_s, [(h, first)], **meta)
     return eng.add(f"issued {name}", comp, 0.0, [(h, 1.0)], stage=s, kind="host_wait")
 

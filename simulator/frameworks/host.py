@@ -115,6 +115,10 @@ class HostMechanism:
     ``sync_load_edge_stages``: on the first and last pipeline stages the host waits for the
     device before each forward (DeepSpeed's LoadMicroBatch copies the batch with a blocking
     ``.to(device)``; played by the event engine's DeepSpeed instruction stream);
+    ``mb_lead_fwd_eager_ops`` / ``mb_lead_layer_fwd_eager_ops``: a training loop's work per
+    micro-batch (fixed, and per layer of the model) that the host does before issuing the
+    forward's first op, so the device cannot start the pass before it (HF's Trainer:
+    ``cost.host.loop_lead_host``, charged on the chunk holding the embedding);
     ``pipe_first_mb_eager_ops`` / ``pipe_middle_mb_eager_ops`` / ``pipe_last_mb_eager_ops``:
     per micro-batch, the pipeline engine's instructions on the first / a middle / the last
     stage beyond the model's passes (forward and backward together, charged half to each),
@@ -184,6 +188,8 @@ class HostMechanism:
     only_with_pp: bool = False
     only_without_pp: bool = False
     sync_load_edge_stages: bool = False
+    mb_lead_fwd_eager_ops: float = 0.0
+    mb_lead_layer_fwd_eager_ops: float = 0.0
     pipe_first_mb_eager_ops: float = 0.0
     pipe_middle_mb_eager_ops: float = 0.0
     pipe_last_mb_eager_ops: float = 0.0

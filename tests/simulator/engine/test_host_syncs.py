@@ -51,7 +51,6 @@ def _flow_shop(m, g_f, g_b, h_f, h_b, n_f, n_b, wait_before_fwd, wait_after_loss
 
 @pytest.mark.parametrize("mech,before,after,host_us", [
     ("megatron_batch_sync", True, False, (60.0, 0.5)),
-    ("hf_trainer_loop", True, False, (60.0, 0.5)),
     ("torchtitan_batch_copy", True, False, (60.0, 0.5)),
     ("mcore_loss_check", False, True, (0.5, 60.0))])
 def test_waits_follow_the_flow_shop(mech, before, after, host_us):

@@ -140,7 +140,7 @@ def test_zero_stages_and_synchronous_hosts():
     and its kernels in series."""
     base = Plan(dp=8, micro_batch=4, global_batch=32, precision="bf16")
     ddp = with_framework(dataclasses.replace(base, zero_stage=0), "torchtitan", {"zero_stage"})
-    assert ddp.host_mechanisms == ("optimizer_fused",)
+    assert ddp.host_mechanisms == ("optimizer_fused", "torchtitan_batch_copy")
     for z in (1, 2):
         zero = with_framework(dataclasses.replace(base, zero_stage=z), "hf", {"zero_stage"})
         assert not any(n.startswith("optimizer_") for n in zero.host_mechanisms), z
