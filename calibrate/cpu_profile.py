@@ -330,7 +330,7 @@ def fit_host_link(rows: Sequence[Mapping[str, Any]]) -> tuple[float, LinkCoeffic
         alpha_us=f.coefficient("alpha_us", "us", src),
         small_bw_eff=Coefficient(small, "fraction", f"fitted small-message bandwidth "
                                  f"{f.values['small_bw_eff']:.3f} GB/s / large {bw:.3f} GB/s; "
-                                 + src, f.stderr["small_bw_eff"] / bw, f.heldout_mape_pct),
+                                 + src, f.err("small_bw_eff", 1.0 / bw), f.heldout_mape_pct),
         base_us=f.coefficient("base_us", "us", src),
         bw_eff=Coefficient(1.0, "fraction", f"1.0 by construction: host link bandwidth is the "
                            f"fitted {bw:.3f} GB/s (+/- {f.stderr['bw_eff']:.3f}); {src}",

@@ -113,7 +113,8 @@ def busbw_to_time_s(op: Collective, n: int, size_bytes: float, busbw_gbytes_per_
 class FitResult:
     """Fitted parameters with uncertainty and out-of-sample error.
 
-    ``values``/``stderr`` are keyed by parameter name (fixed parameters have stderr 0).
+    ``values``/``stderr`` are keyed by parameter name (fixed parameters have stderr 0, a
+    parameter left on a bound NaN: no linearised error there).
     ``heldout_mape_pct`` is ``None`` when the sweep is too short to hold points out.
     """
 
@@ -127,12 +128,19 @@ class FitResult:
     dof: int = 0
     residuals_pct: tuple[float, ...] = field(default=(), repr=False)
 
+    def err(self, name: str, scale: float = 1.0) -> float | None:
+        """``name``'s standard error times ``scale``; None where there is none (fixed, on a
+        bound, or zero)."""
+        v = self.stderr[name]
+        return v * scale if math.isfinite(v) and v else None
+
     def coefficient(self, name: str, unit: str, source: str, scale: float = 1.0) -> Coefficient:
         """A ``Coefficient`` for one parameter (``scale`` converts units, e.g. s -> us)."""
         fitted = name not in self.fixed
         return Coefficient(
             value=self.values[name] * scale, unit=unit, source=source,
-            stderr=self.stderr[name] * scale if fitted and self.dof > 0 else None,
+            stderr=self.stderr[name] * scale
+            if fitted and self.dof > 0 and math.isfinite(self.stderr[name]) else None,
             heldout_error_pct=self.heldout_mape_pct if fitted else None)
 
 
@@ -193,19 +201,30 @@ def _solve(spec: _Spec, model: Model, rows: Sequence[object], fixed: Mapping[str
 
 
 def _stderr(spec: _Spec, fixed: Mapping[str, float], sol: object, n: int) -> dict[str, float]:
+    """Linearised standard errors of the free parameters. A parameter the solver left on
+    one of its bounds (``active_mask``) has none (NaN: the fit says only which side of the
+    bound it would go, and a Jacobian taken there changes with the solver's last step, e.g.
+    A100's GEMM k_half at 0 read 41 under one scipy and 11 under the next); the others'
+    come from the Jacobian without its column."""
     free, _ = _split_free(spec, fixed)
     errs = {name: 0.0 for name in spec.names}
     dof = n - len(free)
     if dof <= 0 or not free:
         return errs
     jac = np.asarray(sol.jac, dtype=float)
+    active = np.asarray(getattr(sol, "active_mask", np.zeros(len(free))), dtype=int)
+    inner = [j for j in range(len(free)) if active[j] == 0]
     s2 = float(np.sum(np.asarray(sol.fun) ** 2)) / dof
     try:
-        cov = np.linalg.pinv(jac.T @ jac) * s2
+        cov = np.linalg.pinv(jac[:, inner].T @ jac[:, inner]) * s2 if inner else None
     except np.linalg.LinAlgError:
         return errs
     for j, i in enumerate(free):
-        errs[spec.names[i]] = float(math.sqrt(max(cov[j, j], 0.0)))
+        if j not in inner or cov is None:
+            errs[spec.names[i]] = math.nan
+            continue
+        k = inner.index(j)
+        errs[spec.names[i]] = float(math.sqrt(max(cov[k, k], 0.0)))
     return errs
 
 

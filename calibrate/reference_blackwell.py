@@ -165,7 +165,7 @@ def blackwell_gemm(key: str, refs) -> GemmModel:
     kh, kh8 = (_coef(fits[d], "k_half", "elements", key) for d in ("bf16", "fp8"))
     launch = Coefficient(f16.fit.values["launch_us"], "us", (
         "kernel floor (launch + ramp/tail of a GPU kernel, back to back) from "
-        + _coef(f16, "launch_us", "us", key).source), f16.fit.stderr["launch_us"] or None)
+        + _coef(f16, "launch_us", "us", key).source), f16.fit.err("launch_us"))
     effs = {"bf16": _level(fits, "bf16", key, refs), "fp8": _level(fits, "fp8", key, refs)}
     effs["fp16"] = _same(effs["bf16"], "fp16 = bf16 (same tensor-core rate)")
     caps = {d: blackwell_cap(key, d, refs) for d in ("bf16", "fp8")}

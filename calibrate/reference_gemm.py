@@ -261,7 +261,7 @@ def _family_coefs(ff: FamilyFit, key: str, tag: str) -> tuple[Coefficient, Coeff
     kh = f.coefficient("k_half", "elements", src)
     launch = Coefficient(f.values["launch_us"], "us", (
         f"kernel floor (launch + ramp/tail of a GPU kernel, back-to-back) from {src}"),
-        f.stderr["launch_us"] or None)
+        f.err("launch_us"))
     return eff, kh, launch
 
 

@@ -48,9 +48,12 @@ def test_profile_loads_and_every_coefficient_has_a_source(path: Path):
 
 
 def test_fitted_coefficients_report_heldout_error():
+    """A fitted coefficient reports its held-out error and a standard error, except one the
+    fit left on a bound (A100's GEMM k_half at its floor), which has no linearised error."""
     prof = Profile.read_json(PROFILE_DIR / "a100-sxm-80gb.json")
     assert prof.gemm.k_half.heldout_error_pct is not None
-    assert prof.gemm.k_half.stderr is not None
+    assert prof.gemm.k_half.value <= 1e-6 and prof.gemm.k_half.stderr is None
+    assert prof.gemm.eff_max["bf16"].stderr is not None
     nv = prof.links["nvlink"]
     assert nv.alpha_us.heldout_error_pct is not None and nv.alpha_us.stderr is not None
 
