@@ -23,6 +23,7 @@ from ..cost.host import (host_waits, lead_layers, lead_release_frac, load_syncs,
 from ..hardware.profile import Profile
 from ..parallel.plan import Plan
 from ..parallel.schedule import is_loss_pass, iter_pass_order, plain_loss_pass
+from .ds_pipe import uses_rendezvous
 from .pair_overlap import played_passes
 from .stage_work import ChunkWork, pass_numbers
 
@@ -40,7 +41,7 @@ class StageSpan:
 def stage_span(chunks: list[ChunkWork], plan: Plan, prof: Profile, stage: int) -> StageSpan:
     m, host = plan.num_microbatches, prof.host
     syncs = pass_syncs(plan.host_mechanisms)
-    if load_syncs(plan.host_mechanisms) and stage in (0, plan.pp - 1):
+    if load_syncs(plan.host_mechanisms) and uses_rendezvous(plan) and stage in (0, plan.pp - 1):
         syncs = (True, syncs[1])           # DeepSpeed's LoadMicroBatch: a blocking copy
     every = plan.pp > 1 and sync_at_p2p(plan.host_mechanisms)   # waits before every pass
     plain = iter_pass_order(plan.schedule, stage, plan.pp, m, plan.vpp)

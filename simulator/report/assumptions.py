@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..cost.host import code_mechanisms
 from ..engine.ds_pipe import uses_rendezvous
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
@@ -32,7 +33,7 @@ def assumptions(model: TransformerSpec, plan: Plan, cluster: ClusterSpec,
         "framework": plan.memory.framework or "none (Megatron-style conventions)",
         "grad_dtype": plan.memory.grad_dtype.value, "master_weights": plan.memory.master_weights,
         "optimizer_state_bytes_per_param": plan.memory.optimizer_state_bytes_per_param,
-        "host_mode": plan.host_mode, "host_mechanisms": list(plan.host_mechanisms),
+        "host_mode": plan.host_mode, "host_mechanisms": list(code_mechanisms(plan.host_mechanisms, model)),
         "moe_dispatcher": plan.moe_dispatcher if model.moe is not None else None,
         "profile": prof.name, "step_overhead_s": prof.step_overhead_s.value,
         "gpus_per_node": cluster.node.gpus_per_node, "nics_per_node": cluster.node.nics_per_node,

@@ -194,13 +194,20 @@ def eager(sh: LayerShape) -> bool:
 
 def hidden_dropout_ops(name: str, m: TransformerSpec, sh: LayerShape,
                        elems: float) -> list[Op]:
-    """The model code's own dropout on a sublayer's output before its residual add
-    (``TransformerSpec.hidden_dropout`` > 0, eager model code): one fused native_dropout
-    kernel each way, keeping its 1-byte mask (``frameworks.EAGER["dropout"]``). Megatron's
-    fused bias-dropout-add is the framework's (``LayerShape.dropout``), not this."""
-    if m.hidden_dropout <= 0.0 or not eager(sh):
+    """transformers' own dropout on a sublayer's output before its residual add
+    (``TransformerSpec.hidden_dropout`` > 0, the model's code run eagerly): one
+    native_dropout kernel each way, reading the activation and writing it and a 1-byte mask,
+    the backward reading the gradient and the mask (``frameworks.EAGER["dropout"]``, counted
+    at 16 bits, is this at 2 B: 5 B per element), in any activation dtype. Not in
+    torchtitan's code (``LayerShape.eager_code``), fused into its neighbours under
+    torch.compile (no eager_elementwise there); Megatron's fused bias-dropout-add is the
+    framework's (``LayerShape.dropout``), not this."""
+    if m.hidden_dropout <= 0.0 or not sh.eager_elementwise or sh.eager_code:
         return []
-    return [eager_op(name, "dropout", elems, sh, "elementwise", live=2.0 * elems * sh.act_bytes)]
+    moved = (2.0 * sh.act_bytes + 1.0) * elems
+    return [Op(name, OpKind.MEMORY, bytes_moved=moved, dtype=sh.dtype, saved_bytes=elems,
+               bwd_bytes=moved, mem_kind="elementwise", launches=1, bwd_launches=1,
+               live_bytes=2.0 * elems * sh.act_bytes)]
 
 
 def norm_op(name: str, m: TransformerSpec, sh: LayerShape, elems: float) -> Op:
@@ -267,7 +274,7 @@ def mlp_ops(m: TransformerSpec, sh: LayerShape, ffn: int | None = None,
     if eager_glu and eager(sh):
         act = eager_op(act.name, "swiglu", act_out, sh, "elementwise", live=act.bytes_moved,
                        saved=act_saved)
-    elif m.mlp == MLP.GELU and m.act_fn and eager(sh):
+    elif m.mlp == MLP.GELU and m.act_fn and eager(sh) and not sh.eager_code:
         # GPT-2's / BLOOM's GELU written out (transformers' NewGELUActivation, BloomGelu):
         # per element of its input
         act = eager_op(act.name, m.act_fn, act_in, sh, "elementwise", live=act.bytes_moved)

@@ -38,9 +38,10 @@ def _dense_gpt() -> list[TransformerSpec]:
         TransformerSpec(
             "bloom-176b", n_layers=70, hidden=14336, ffn_hidden=4 * 14336, n_heads=112,
             n_kv_heads=112, vocab=250880, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,
-            position=Position.ALIBI, split_qkv=False,
+            position=Position.ALIBI, split_qkv=False, act_fn="bloom_gelu",
             source="bigscience/bloom config.json (n_layer 70, hidden_size 14336, n_head 112, "
-                   "vocab_size 250880); Le Scao et al. 2022 (BLOOM) Table 3, seq 2048"),
+                   "vocab_size 250880); Le Scao et al. 2022 (BLOOM) Table 3, seq 2048; "
+                   "transformers' BloomGelu under eager HF code"),
         TransformerSpec(
             "mt-nlg-530b", n_layers=105, hidden=20480, ffn_hidden=4 * 20480, n_heads=128,
             n_kv_heads=128, vocab=50257, seq_len=2048, mlp=MLP.GELU, tied_embeddings=True,

@@ -84,6 +84,25 @@ def test_bloom_code_prices_its_gelu_function():
     assert ops["mlp_act"].saved_bytes == pytest.approx(2 * elems)
 
 
+def test_dropout_in_any_dtype_and_only_in_transformers_code():
+    """The dropout kernel's traffic is its I/O in the activation dtype plus a 1-byte mask:
+    at 16 bits the measured row, at fp32 9 B per element each way; torchtitan's own code
+    has no such dropout (nor gelu_new)."""
+    sh, _, ops = _ops("hf")
+    elems = sh.micro_batch * GPT2.seq_len * GPT2.hidden
+    d = EAGER["dropout"]
+    assert (d.fwd_bytes, d.bwd_bytes, d.saved_bytes) == (5.0, 5.0, 1.0)
+    assert ops["attn_out_dropout"].bytes_moved == pytest.approx(d.fwd_bytes * elems)
+    p32 = dataclasses.replace(with_framework(Plan(micro_batch=2, global_batch=8, dp=4,
+                                                  precision="fp32"), "hf"))
+    sh32 = layer_shape(GPT2, p32)
+    f32 = {o.name: o for o in layer_ops(GPT2, sh32)}
+    assert f32["mlp_out_dropout"].bytes_moved == pytest.approx(9.0 * elems)
+    assert f32["mlp_out_dropout"].saved_bytes == pytest.approx(elems)
+    _, _, tt = _ops("torchtitan")
+    assert "attn_out_dropout" not in tt and tt["mlp_act"].launches == 0
+
+
 def test_spec_checks_its_fields():
     with pytest.raises(InvalidInputError, match="act_fn"):
         dataclasses.replace(GPT2, act_fn="gelu_newer")
