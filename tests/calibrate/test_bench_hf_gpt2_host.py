@@ -121,12 +121,12 @@ def test_rows_are_per_layer_differences_and_glue_beyond_the_op_graph():
     rows = hf.run_rows(res, counts, {"host": "h", "torch": "t", "date": "d"})
     got = {(r["mechanism"], r["metric"]): r for r in rows}
     assert len(rows) == 4 * len(hf.VARIANTS)
-    g = got[("hf_gpt2_block_nodrop", "per layer, fwd, glue")]
+    g = got[("hf_gpt2_layer", "gpt2_nodrop: per layer, fwd, glue")]
     assert g["value_us"] == pytest.approx(20 * 20 - 10 * 20)
     assert g["eager_ops"] == pytest.approx(10)
-    g = got[("hf_gpt2_block", "per layer, bwd, glue")]
+    g = got[("hf_gpt2_layer", "gpt2: per layer, bwd, glue")]
     assert g["value_us"] == pytest.approx(25 * 20 - 16 * 22)
-    g = got[("hf_decoder_layer", "per layer, bwd, glue")]
+    g = got[("hf_gpt2_layer", "llama: per layer, bwd, glue")]
     assert g["value_us"] == pytest.approx(40 * 20 - 15 * 22)    # bwd ops at the bwd cost
     assert "fwd 3 aten ops, 3 not views; bwd 2 aten ops, 0 not views" in g["method"]
     assert set(rows[0]) == {"mechanism", "metric", "value_us", "op_fwd_us_same_run",
