@@ -15,6 +15,7 @@ from ..network.collectives import Collective
 from ..network.price import ZERO_COST, CollectiveCost, collective_cost
 from ..parallel.placement import GroupPlacement
 from ..workload.ops import Op, OpKind
+from .host import pass_first_share
 from .kernels import attention_time_s, gemm_time_s, memory_time_s
 from .moe_comm import flex_cost
 
@@ -77,6 +78,12 @@ class PassCost:
                     for seg in segs:
                         self._append(seg)
         return self._segments
+
+    @property
+    def first_share(self) -> float:
+        """Share of the pass's host time after which the device may start it
+        (``cost.host.pass_first_share``: its lead, then its first op)."""
+        return pass_first_share(self.host_s, self.host_ops, self.host_lead_s)
 
     @property
     def total_s(self) -> float:

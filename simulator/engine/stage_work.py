@@ -28,7 +28,6 @@ from ..cost.host import (
     model_host,
     moe_layer_host,
     param_tensors,
-    pass_first_share,
 )
 from ..cost.layer import (
     PassCost,
@@ -96,9 +95,8 @@ class ChunkWork:
 
 def pass_numbers(pc: PassCost, ch: ChunkWork) -> tuple[float, float, float, int]:
     """What the host/device recursions read of one pass of ``ch``: (device seconds, host
-    seconds, ``pass_first_share`` of the host time, layers)."""
-    return pc.total_s, pc.host_s, pass_first_share(pc.host_s, pc.host_ops, pc.host_lead_s), \
-        len(ch.layers)
+    seconds, ``PassCost.first_share`` of the host time, layers)."""
+    return pc.total_s, pc.host_s, pc.first_share, len(ch.layers)
 
 
 def _without(whole: PassCost, part: PassCost) -> PassCost:

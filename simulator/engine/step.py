@@ -11,8 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..cost.host import (host_waits, launch_blocking, lead_layers, lead_release_frac,
-                         load_syncs, optimizer_host, pass_first_share, pass_syncs,
-                         sync_at_p2p)
+                         load_syncs, optimizer_host, pass_syncs, sync_at_p2p)
 from ..cost.kernels import memory_time_s
 from ..cost.layer import group_collective, interference_s
 from ..frameworks import CONVENTIONS
@@ -288,7 +287,7 @@ def _issue(eng: Engine, st: StageTasks, host: str | None, name: str, pc, pt: Pas
     if host == comp:                                   # synchronous: host, then kernels
         st.units[u] = eng.add(name, comp, pt.duration_s, **meta)
         return st.units[u]
-    first = pass_first_share(pc.host_s, pc.host_ops, pc.host_lead_s)
+    first = pc.first_share
     st.units[u] = eng.add(name, comp, pt.duration_s, [(h, first)], **meta)
     return eng.add(f"issued {name}", comp, 0.0, [(h, 1.0)], stage=s, kind="host_wait")
 

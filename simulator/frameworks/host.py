@@ -111,7 +111,8 @@ class HostMechanism:
     ``only_with_pp``: the mechanism exists only under pipeline parallelism (DeepSpeed's
     ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
     ``only_without_pp``: only without it (torchtitan copies each accumulated micro-batch
-    to the device before its forward, but every pipeline micro-batch before the schedule);
+    to the device before its forward, but with pipeline stages each accumulation round's
+    micro-batches before that round's schedule);
     ``sync_load_edge_stages``: on the first and last pipeline stages the host waits for the
     device before each forward (DeepSpeed's LoadMicroBatch copies the batch with a blocking
     ``.to(device)``; played by the event engine's DeepSpeed instruction stream);
