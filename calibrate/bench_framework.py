@@ -28,6 +28,9 @@
   ``nn.Linear`` and the unfused attention's extra;
 * ``mcore_model``: a whole Megatron-Core ``GPTModel`` (same module): the model's own Python
   outside its layers per micro-batch pass;
+* ``mcore_ddp_hooks``, ``mcore_dist_optimizer``: Megatron-Core's DistributedDataParallel
+  (distributed optimizer, overlapped grad reduce and param gather) over the bare model per
+  micro-batch, and its distributed optimizer's step in pieces (``calibrate.bench_mcore_ddp``);
 * ``megatron_legacy_layer``: Megatron-LM's legacy ``ParallelTransformerLayer``
   (``calibrate.bench_megatron_legacy``; needs ``MEGATRON_LM_PATH``, skipped with a message
   otherwise): per layer, forward and backward, what is left beyond the op graph's ops
@@ -310,11 +313,14 @@ def deepspeed_pipe_rows(base: dict) -> list[dict]:
 
 
 def _optional_rows(base: dict, want) -> list[dict]:
-    """``deepspeed_pipe_engine`` and ``hf_trainer_loop`` rows (``calibrate.bench_hf_trainer``,
-    in its own probe's eager ops; none, with a message, without transformers), as ``want``s."""
+    """``deepspeed_pipe_engine``, ``hf_trainer_loop`` (``calibrate.bench_hf_trainer``, in its
+    own probe's eager ops; none, with a message, without transformers) and ``mcore_ddp_hooks``
+    / ``mcore_dist_optimizer`` rows (``calibrate.bench_mcore_ddp``), as ``want``s."""
     from .bench_hf_trainer import rows as trainer_rows
+    from .bench_mcore_ddp import framework_rows as mcore_ddp_rows
     return ((deepspeed_pipe_rows(base) if want("deepspeed_pipe_engine") else [])
-            + (trainer_rows(base) if want("hf_trainer_loop") else []))
+            + (trainer_rows(base) if want("hf_trainer_loop") else [])
+            + mcore_ddp_rows(base, want))
 
 
 def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],

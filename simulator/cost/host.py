@@ -238,7 +238,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     ``edge_units``: FSDP units beside the layers' (the root, torchtitan's embedding and
     [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed).
     Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
-    the ``tensors`` once per pass, and hooks that fire again in the re-run forward
+    the ``tensors`` once per pass (``nonweight_tensor_bwd_eager_ops`` for those that are no
+    Linear's weight: ``tensors`` less ``calls``), and hooks that fire again in the re-run forward
     (``recompute_param_tensor_bwd_eager_ops``) for the ``recompute_tensors`` of the
     recomputed layers in the backward (a mechanism whose hooks are per module,
     ``hooks_per_module``, counts ``modules`` instead: the chunk's and the recomputed layers'
@@ -267,7 +268,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
                                   m.param_tensor_bwd_eager_ops_accumulating, boundary_share) \
             + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b) \
             + rt * m.recompute_param_tensor_bwd_eager_ops \
-            + regather_modules * m.regather_param_tensor_bwd_eager_ops
+            + regather_modules * m.regather_param_tensor_bwd_eager_ops \
+            + max(0, tensors - calls) * m.nonweight_tensor_bwd_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 
@@ -546,14 +548,20 @@ def fsdp_lane_ops(names: tuple[str, ...], params: float, layers: int, compute_by
 
 
 def optimizer_host(names: tuple[str, ...], tensors: int, units: int,
-                   prof: Profile) -> tuple[HostCost, bool]:
+                   prof: Profile, local_tensors: int | None = None) -> tuple[HostCost, bool]:
     """(host work of one rank's optimizer step with its gradient clipping, whether the host
     waits for the device per tensor) under the mechanisms ``names``: their fixed eager ops
     plus their per-tensor eager ops times the tensors the optimizer steps, ``tensors``
     parameter tensors (local shards), or ``units`` flat parameters where a mechanism says
-    the optimizer steps one per FSDP unit (``optimizer_flat_units``)."""
+    the optimizer steps one per FSDP unit (``optimizer_flat_units``), or ``local_tensors``
+    where it steps only those overlapping this rank's slice of the gradient buffer
+    (``optimizer_local_shards``; default ``tensors``), plus the per-model-tensor work
+    (``optimizer_model_tensor_eager_ops``) over ``tensors``."""
     mechs = [HOST.mechanisms[n] for n in names]
-    n = units if any(m.optimizer_flat_units for m in mechs) else tensors
-    ops = sum(m.optimizer_fixed_eager_ops + m.optimizer_tensor_eager_ops * n for m in mechs)
+    flat = units if any(m.optimizer_flat_units for m in mechs) else tensors
+    local = tensors if local_tensors is None else local_tensors
+    ops = sum(m.optimizer_fixed_eager_ops + m.optimizer_model_tensor_eager_ops * tensors
+              + m.optimizer_tensor_eager_ops * (local if m.optimizer_local_shards else flat)
+              for m in mechs)
     sync = any(m.optimizer_sync_per_tensor for m in mechs)
     return mechanism_host(ops, prof), sync and ops > 0

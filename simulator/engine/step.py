@@ -64,9 +64,10 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     longer (``optimizer_host``: the frameworks' optimizer and clipping code, per step and
     per parameter tensor), or both in series where the host waits for the device per tensor
     or runs the kernels itself (a synchronous host: a CPU, ``CUDA_LAUNCH_BLOCKING``). The
-    host is taken to start issuing when the device's work before it is done; a host that ran
-    ahead may have started earlier (not followed: an upper bound where the host is the
-    longer)."""
+    host is taken to start issuing when the device's work before it is done (so it is where
+    the step reads the gradient norm back, Megatron-Core's ``clip_grads`` ``.item()``); a
+    host that ran ahead may have started earlier (not followed: an upper bound where the
+    host is the longer)."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.params - c.dense_params for c in chunks)
     shard = plan.shard_ranks if plan.zero_stage >= 1 else 1
@@ -76,10 +77,23 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
                            kernels=4, kind="optimizer") \
         + grad_check_time_s(chunks, plan, cluster, prof)
     host, sync = optimizer_host(plan.host_mechanisms, sum(c.param_tensors for c in chunks),
-                                sum(c.units for c in chunks), prof)
+                                sum(c.units for c in chunks), prof,
+                                sum(local_shard_tensors(c, plan, shard) for c in chunks))
     serial = sync or launch_blocking(plan.host_mechanisms) or \
         (prof.host is not None and prof.host.synchronous)
     return device + host.seconds if serial else max(device, host.seconds)
+
+
+def local_shard_tensors(ch: ChunkWork, plan: Plan, shard: int) -> int:
+    """Parameter tensors of chunk ``ch`` a distributed optimizer steps on one rank: those
+    overlapping the rank's 1/``shard`` slice of each gradient bucket, on average the
+    tensors / ``shard`` plus one straddling a slice edge per bucket (Megatron-Core
+    ``_build_model_gbuf_param_range_map``, core_r0.8.0 distrib_optimizer.py L64-173; the
+    expert tensors' own shard group is not told apart)."""
+    if shard <= 1:
+        return ch.param_tensors
+    return min(ch.param_tensors,
+               math.ceil(ch.param_tensors / shard) + grad_buffer_buckets(ch, plan))
 
 
 def grad_check_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,

@@ -107,7 +107,18 @@ class HostMechanism:
     (FSDP1 with ``use_orig_params=False``); ``optimizer_sync_per_tensor``: the step reads a
     device scalar back per tensor (Composer's DecoupledAdamW ``.item()`` on its step
     counter), so the host waits for the device before issuing each tensor's update and the
-    step's host time adds to its device time;
+    step's host time adds to its device time; ``optimizer_local_shards``: the per-tensor
+    cost counts only the tensors that overlap this rank's 1/shard slice of each gradient
+    bucket (Megatron-Core's distributed optimizer: about tensors / shard + 1 per bucket);
+    ``optimizer_model_tensor_eager_ops``: per step and per parameter tensor of the model
+    chunk, whoever steps it (Megatron-Core's ``zero_grad_buffer``);
+    ``nonweight_tensor_bwd_eager_ops``: per backward, per parameter tensor that is not a
+    Linear's weight (norms, biases, the embedding: tensors less Linear calls), whose
+    gradient a hook adds into a buffer; a Linear's weight gradient is accumulated there by
+    its GEMM (Megatron-Core's ``main_grad.add_`` skipped under gradient-accumulation
+    fusion); ``only_with_dp_overlap``: the mechanism exists only where the gradient
+    reduction overlaps the backward (Megatron-Core's parameter-gather hooks come with
+    ``--overlap-param-gather``, set with ``--overlap-grad-reduce``);
     ``only_with_pp``: the mechanism exists only under pipeline parallelism (DeepSpeed's
     ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
     ``only_without_pp``: only without it (torchtitan copies each accumulated micro-batch
@@ -186,6 +197,10 @@ class HostMechanism:
     optimizer_tensor_eager_ops: float = 0.0
     optimizer_flat_units: bool = False
     optimizer_sync_per_tensor: bool = False
+    optimizer_local_shards: bool = False
+    optimizer_model_tensor_eager_ops: float = 0.0
+    nonweight_tensor_bwd_eager_ops: float = 0.0
+    only_with_dp_overlap: bool = False
     only_with_pp: bool = False
     only_without_pp: bool = False
     sync_load_edge_stages: bool = False

@@ -70,12 +70,14 @@ def with_framework(plan: Plan, name: str, keep: frozenset[str] | set[str] = froz
     if "host_mechanisms" in fields:
         fields["host_mechanisms"] = _applicable(fields["host_mechanisms"], zero,
                                                 plan.dp * plan.cp, plan.vpp, plan.pp,
-                                                plan.schedule == Schedule.ONE_F_ONE_B)
+                                                plan.schedule == Schedule.ONE_F_ONE_B,
+                                                fields.get("dp_overlap", plan.dp_overlap))
     return replace(plan, memory=conventions_for(mem, plan.precision, grad_dtype), **fields)
 
 
 def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
-                vpp: int = 1, pp: int = 1, one_f_one_b: bool = True) -> tuple[str, ...]:
+                vpp: int = 1, pp: int = 1, one_f_one_b: bool = True,
+                dp_overlap: bool = True) -> tuple[str, ...]:
     """The framework's mechanisms that exist in this plan: FSDP unit hooks only under FSDP
     (ZeRO-3), DDP's per-parameter hooks only when the model is wrapped in torch DDP (no
     ZeRO: a ZeRO stage means DeepSpeed's engine, not DDP; more than one data-parallel
@@ -83,7 +85,8 @@ def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
     overlaps p2p, with no batched sync, only in the interleaved schedule), those marked
     ``only_with_pp`` only where DeepSpeed's pipeline engine runs (pipeline stages, no
     virtual ones, plain 1F1B: its only training schedule), those marked
-    ``only_without_pp`` only without pipeline stages, and those that
+    ``only_without_pp`` only without pipeline stages, those marked ``only_with_dp_overlap``
+    only where the gradient reduction overlaps the backward, and those that
     name ``zero_stages`` only at those stages (DeepSpeed's ZeRO hooks)."""
     return tuple(m for m in mechanisms
                  if not (m.startswith("fsdp") and zero < 3)
@@ -92,5 +95,6 @@ def _applicable(mechanisms: tuple[str, ...], zero: int, replicas: int,
                  and not (HOST.mechanisms[m].only_with_pp
                           and (pp <= 1 or vpp > 1 or not one_f_one_b))
                  and not (HOST.mechanisms[m].only_without_pp and pp > 1)
+                 and not (HOST.mechanisms[m].only_with_dp_overlap and not dp_overlap)
                  and not (HOST.mechanisms[m].zero_stages
                           and zero not in HOST.mechanisms[m].zero_stages))

@@ -1,0 +1,154 @@
+"""Megatron-Core's DDP hooks, parameter-gather pre-hooks and distributed optimizer step as
+host work (frameworks.json "host" mechanisms ``mcore_ddp_hooks``,
+``mcore_param_gather_hooks``, ``mcore_dist_optimizer``): each coefficient is the arithmetic
+its source states on the medians of the CPU rows it cites (``calibrate.bench_mcore_ddp``);
+a rank's optimizer counts the tensors overlapping its slice of each bucket; the hooks exist
+only where Megatron-Core runs them (the pre-hooks with the distributed optimizer and the
+overlapped reduction); a Linear's weight skips the gradient add that norms and biases pay.
+Needs neither torch nor a GPU."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+import pytest
+
+import hardware_db
+from simulator.cost.host import mechanisms_host, optimizer_host
+from simulator.engine.simulate import simulate
+from simulator.engine.stage_work import build_chunks, place_groups
+from simulator.engine.step import grad_buffer_buckets, local_shard_tensors
+from simulator.frameworks import HOST
+from simulator.parallel.framework_plan import with_framework
+from simulator.parallel.plan import Plan
+from simulator.workload import get_preset
+
+DDP, OPT = "mcore_ddp_hooks", "mcore_dist_optimizer"
+MCORE = ("mcore_ddp_hooks", "mcore_param_gather_hooks", "mcore_dist_optimizer")
+TENSORS_PER_LAYER = 8            # the bench's local-spec layer: 2 LayerNorms (w, b), 4 weights
+
+
+def _median(rows, mechanism: str, metric: str) -> tuple[float, list[int]]:
+    runs = [(line, float(r["eager_ops"])) for line, r in rows.items()
+            if r["mechanism"] == mechanism and r["metric"] == metric]
+    assert len(runs) == 3, (mechanism, metric)
+    return statistics.median(v for _, v in runs), [ln for ln, _ in runs]
+
+
+def _cited(rows, why: str, mechanism: str, metric: str) -> float:
+    v, lines = _median(rows, mechanism, metric)
+    assert f"{lines[0]}, {lines[1]}, {lines[2]}" in why, metric
+    return v
+
+
+def test_hook_coefficients_follow_the_cited_medians(host_mechanism_rows):
+    rows = host_mechanism_rows
+    d = HOST.mechanisms[DDP]
+    beyond = _cited(rows, d.why, DDP, "per parameter tensor, bwd hook beyond main_grad.add_")
+    add = _cited(rows, d.why, DDP, "main_grad.add_ in the bwd hook, per tensor")
+    last_layer = _cited(rows, d.why, DDP, "last micro-batch, bwd, extra over steady, per layer")
+    last_fixed = _cited(rows, d.why, DDP, "last micro-batch, bwd, extra over steady, fixed")
+    model_bwd = _cited(rows, d.why, DDP, "per model pass, bwd, steady micro-batch, fixed")
+    fused = _cited(rows, d.why, DDP,
+                   "per layer, bwd, steady micro-batch, TE grad-accumulation fusion emulated")
+    assert d.param_tensor_bwd_eager_ops_accumulating == pytest.approx(beyond, abs=1e-3)
+    assert d.param_tensor_bwd_eager_ops == pytest.approx(
+        beyond + last_layer / TENSORS_PER_LAYER, abs=1e-3)
+    assert d.nonweight_tensor_bwd_eager_ops == pytest.approx(add, abs=1e-3)
+    assert d.model_bwd_eager_ops == pytest.approx(model_bwd + last_fixed, abs=1e-3)
+    assert d.model_bwd_eager_ops_accumulating == pytest.approx(model_bwd, abs=1e-3)
+    # the split reproduces the direct measurement of a fused layer (4 weights, 4 norm tensors)
+    assert 4 * beyond + 4 * (beyond + add) == pytest.approx(fused, rel=0.05)
+    g = HOST.mechanisms["mcore_param_gather_hooks"]
+    per_layer = _cited(rows, g.why, DDP, "per layer, fwd, steady micro-batch (forward pre-hooks)")
+    assert g.layer_module_fwd_eager_ops == pytest.approx(per_layer * 16 / 17, abs=1e-3)
+    assert g.model_fwd_eager_ops == pytest.approx(
+        _median(rows, DDP, "per model pass, fwd, steady micro-batch, fixed")[0], abs=1e-3)
+    assert g.zero_stages == (1,) and g.only_with_dp_overlap
+
+
+def test_optimizer_coefficients_follow_the_cited_medians(host_mechanism_rows):
+    rows = host_mechanism_rows
+    o = HOST.mechanisms[OPT]
+    fused = HOST.mechanisms["optimizer_fused"]
+    gpu_fixed = _cited(rows, o.why, OPT,
+                       "GPU-path sum (no inner step, one-call norm), per step, fixed")
+    gpu_tensor = _cited(rows, o.why, OPT,
+                        "GPU-path sum (no inner step, one-call norm), per local parameter tensor")
+    loop = sum(_cited(rows, o.why, OPT, m) for m in (
+        "zero_grad_buffer, per step, fixed", "finalize, per step, fixed",
+        "no_sync_enter, per step, fixed", "no_sync_exit, per step, fixed"))
+    # optimizer_fused's step (its fixed and per-tensor CUDA estimate, without the clip)
+    step_fixed, step_tensor = 3.302, 0.129
+    assert f"{step_fixed} + {step_tensor}" in o.why
+    assert fused.optimizer_fixed_eager_ops > step_fixed     # optimizer_fused adds the clip
+    assert o.optimizer_fixed_eager_ops == pytest.approx(gpu_fixed + loop + step_fixed, abs=2e-3)
+    assert o.optimizer_tensor_eager_ops == pytest.approx(gpu_tensor + step_tensor, abs=1e-3)
+    assert o.optimizer_model_tensor_eager_ops == pytest.approx(
+        _cited(rows, o.why, OPT, "zero_grad_buffer, per model parameter tensor"), abs=1e-3)
+    assert o.optimizer_local_shards and o.zero_stages == (1,)
+
+
+def _setup(framework="megatron-core", model="gpt2-124m", gpus=8, mb=1, **plan_kw):
+    m = get_preset(model)
+    cl = hardware_db.build_cluster("h100-sxm", gpus)
+    prof = hardware_db.load_profile("h100-sxm")
+    plan = with_framework(Plan(dp=gpus, micro_batch=mb, global_batch=8 * gpus,
+                               precision="bf16", **plan_kw), framework, set(plan_kw))
+    return m, plan, cl, prof
+
+
+def test_where_megatron_core_runs_them():
+    _, plan, _, _ = _setup()
+    assert all(n in plan.host_mechanisms for n in MCORE)
+    _, zero0, _, _ = _setup(zero_stage=0)            # no distributed optimizer
+    assert DDP in zero0.host_mechanisms
+    assert not {"mcore_param_gather_hooks", OPT} & set(zero0.host_mechanisms)
+    _, serial, _, _ = _setup(dp_overlap=False)       # no overlapped reduction or gather
+    assert "mcore_param_gather_hooks" not in serial.host_mechanisms
+    assert OPT in serial.host_mechanisms
+    for other in ("megatron-lm", "fsdp2", "hf"):
+        assert not set(MCORE) & set(_setup(other)[1].host_mechanisms), other
+
+
+def test_a_rank_steps_the_tensors_of_its_bucket_slices():
+    m, plan, cl, prof = _setup()
+    ch = build_chunks(m, plan, cl, prof, place_groups(cl, plan))[0][0]
+    n, buckets = ch.param_tensors, grad_buffer_buckets(ch, plan)
+    assert local_shard_tensors(ch, plan, 1) == n
+    assert local_shard_tensors(ch, plan, 8) == min(n, math.ceil(n / 8) + buckets)
+    assert local_shard_tensors(ch, plan, 8) < n
+    assert local_shard_tensors(ch, plan, 10_000) == 1 + buckets
+    o = HOST.mechanisms[OPT]
+    us = prof.host.op_fwd_us.value * 1e-6
+    h, sync = optimizer_host((OPT,), n, 1, prof, 5)
+    assert h.seconds == pytest.approx((o.optimizer_fixed_eager_ops + 5 * o.optimizer_tensor_eager_ops
+                                       + n * o.optimizer_model_tensor_eager_ops) * us)
+    assert not sync
+
+
+def test_norms_and_biases_pay_the_gradient_add_weights_do_not():
+    """Per backward: tensors less Linear calls pay ``nonweight_tensor_bwd_eager_ops``."""
+    prof = hardware_db.load_profile("h100-sxm")
+    d = HOST.mechanisms[DDP]
+    us = prof.host.op_fwd_us.value * 1e-6
+    _, b_weights_only = mechanisms_host((DDP,), 1, 4, prof, calls=4)
+    _, b_with_norms = mechanisms_host((DDP,), 1, 8, prof, calls=4)
+    assert b_with_norms.seconds - b_weights_only.seconds == pytest.approx(
+        4 * (d.param_tensor_bwd_eager_ops + d.nonweight_tensor_bwd_eager_ops) * us)
+
+
+def test_a_host_bound_step_slows_and_a_large_one_does_not():
+    """GPT-2 124M at micro-batch 1 on 8 H100 is host-bound: the hooks and the optimizer's
+    Python lengthen it; Llama 3 8B's device work hides them."""
+    for model, slower in (("gpt2-124m", True), ("llama3-8b", False)):
+        m, plan, cl, prof = _setup(model=model)
+        bare = dataclasses.replace(plan, host_mechanisms=tuple(
+            n for n in plan.host_mechanisms if n not in MCORE))
+        a, b = simulate(m, plan, cl, prof), simulate(m, bare, cl, prof)
+        if slower:
+            assert a.step_time_s > 1.2 * b.step_time_s
+            assert a.breakdown.optimizer_s > b.breakdown.optimizer_s
+        else:
+            assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-3)
