@@ -196,6 +196,22 @@ def param_tensors(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     return n
 
 
+def linear_weights(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
+    """Of ``param_tensors``, the GEMMs' weight tensors (per Linear module, per expert of a
+    grouped GEMM, the 3-D experts' tensors): those a gradient-accumulation-fusion GEMM
+    accumulates itself; not the router's (a plain linear whose gradient autograd returns)."""
+    n = 0
+    for o in ops:
+        if o.kind != OpKind.GEMM or o.name in WEIGHTLESS_GEMMS + ("router",):
+            continue
+        if routed_experts(o) and layout.experts_3d:
+            n += (1 if o.name.endswith("fc1") else 0) if layout.modules_only \
+                else layout.linears(o)
+            continue
+        n += o.batch * layout.linears(o)
+    return n
+
+
 def linear_calls(ops: list[Op], layout: ParamLayout = ParamLayout()) -> int:
     """Layer-module Linear calls the forward ops ``ops`` stand for: per GEMM with weights
     its Linear modules (``layout``; a grouped GEMM of experts is one call), none for the
@@ -225,7 +241,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
                     recompute_layers: int = 0, edge_units: int = 0,
                     boundary_share: float = 1.0, recompute_tensors: int = 0,
                     modules: tuple[int, int] | None = None,
-                    regather_modules: int = 0) -> tuple[HostCost, HostCost]:
+                    regather_modules: int = 0,
+                    weights: int | None = None) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -239,7 +256,7 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed).
     Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
     the ``tensors`` once per pass (``nonweight_tensor_bwd_eager_ops`` for those that are no
-    Linear's weight: ``tensors`` less ``calls``), and hooks that fire again in the re-run forward
+    GEMM's weight: ``tensors`` less ``weights``, ``linear_weights``; default ``calls``), and hooks that fire again in the re-run forward
     (``recompute_param_tensor_bwd_eager_ops``) for the ``recompute_tensors`` of the
     recomputed layers in the backward (a mechanism whose hooks are per module,
     ``hooks_per_module``, counts ``modules`` instead: the chunk's and the recomputed layers'
@@ -269,7 +286,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
             + calls * call_b + recompute_calls * call_f + recompute_layers * (glue + wrap_b) \
             + rt * m.recompute_param_tensor_bwd_eager_ops \
             + regather_modules * m.regather_param_tensor_bwd_eager_ops \
-            + max(0, tensors - calls) * m.nonweight_tensor_bwd_eager_ops
+            + max(0, tensors - (calls if weights is None else weights)) \
+            * m.nonweight_tensor_bwd_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

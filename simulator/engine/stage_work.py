@@ -23,6 +23,7 @@ from ..cost.host import (
     host_mode,
     layer_host,
     linear_calls,
+    linear_weights,
     loop_lead_host,
     mechanisms_host,
     model_host,
@@ -310,7 +311,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         bwd.add_each(cb, n)
         wgrad.add_each(cw, n)
         all_fwd = lf
-        counts = counts.add_layers(n, (param_tensors(lf, layout), param_tensors(lf, modules)),
+        counts = counts.add_layers(n, (param_tensors(lf, layout), param_tensors(lf, modules),
+                                       linear_weights(lf, layout)),
                                    linear_calls(lf, layout), rc == Recompute.FULL or sac_op(plan))
     if extra:
         fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
@@ -321,8 +323,9 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         ew = weight_grad_ops(eb)
         wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
                             eager_host(ew, prof, True, plan.host_mode)))
-        counts = replace(counts, edge_tensors=param_tensors(extra, layout)
-                         - _shared_head_tensors(extra, model),
+        shared = _shared_head_tensors(extra, model)
+        counts = replace(counts, edge_tensors=param_tensors(extra, layout) - shared,
+                         weights=counts.weights + linear_weights(extra, layout) - shared,
                          edge_modules=param_tensors(extra, modules),
                          calls=counts.calls + linear_calls(extra, layout))
     _add_per_param_work(fwd, (bwd, wgrad), params, counts, plan, cluster, prof, groups)
@@ -356,6 +359,7 @@ class _Counts:
     layers: int
     layer_tensors: int = 0
     edge_tensors: int = 0
+    weights: int = 0                 # of the tensors, GEMM weights (``linear_weights``)
     calls: int = 0
     edge_units: int = 0
     rc_layers: int = 0
@@ -366,13 +370,13 @@ class _Counts:
     rc_modules: int = 0
     regather_layers: int = 0         # ZeRO-3 layers gathered again in backward (not kept)
 
-    def add_layers(self, n: int, tensors: tuple[int, int], calls: int,
+    def add_layers(self, n: int, tensors: tuple[int, int, int], calls: int,
                    rerun: bool) -> "_Counts":
-        """With ``n`` more layers of ``tensors`` (tensors, modules) and ``calls`` Linear calls
-        each, ``rerun`` in backward or not."""
+        """With ``n`` more layers of ``tensors`` (tensors, modules, GEMM weights) and
+        ``calls`` Linear calls each, ``rerun`` in backward or not."""
         k = n if rerun else 0
-        t, mod = tensors
-        return replace(self, layer_tensors=self.layer_tensors + n * t,
+        t, mod, w = tensors
+        return replace(self, layer_tensors=self.layer_tensors + n * t, weights=self.weights + n * w,
                        layer_modules=self.layer_modules + n * mod,
                        calls=self.calls + n * calls, rc_layers=self.rc_layers + k,
                        rc_calls=self.rc_calls + k * calls, rc_tensors=self.rc_tensors + k * t,
@@ -400,7 +404,7 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
                              edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches,
                              modules=(counts.layer_modules + counts.edge_modules, 0),
                              regather_modules=round(counts.layer_modules * counts.regather_layers
-                                                    / max(layers, 1)))
+                                                    / max(layers, 1)), weights=counts.weights)
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,

@@ -129,7 +129,7 @@ def test_a_rank_steps_the_tensors_of_its_bucket_slices():
 
 
 def test_norms_and_biases_pay_the_gradient_add_weights_do_not():
-    """Per backward: tensors less Linear calls pay ``nonweight_tensor_bwd_eager_ops``."""
+    """Per backward: tensors less GEMM weights pay ``nonweight_tensor_bwd_eager_ops``."""
     prof = hardware_db.load_profile("h100-sxm")
     d = HOST.mechanisms[DDP]
     us = prof.host.op_fwd_us.value * 1e-6
@@ -137,6 +137,48 @@ def test_norms_and_biases_pay_the_gradient_add_weights_do_not():
     _, b_with_norms = mechanisms_host((DDP,), 1, 8, prof, calls=4)
     assert b_with_norms.seconds - b_weights_only.seconds == pytest.approx(
         4 * (d.param_tensor_bwd_eager_ops + d.nonweight_tensor_bwd_eager_ops) * us)
+    _, fused = mechanisms_host((DDP,), 1, 8, prof, calls=1, weights=4)
+    _, unfused = mechanisms_host((DDP,), 1, 8, prof, calls=1, weights=0)
+    assert unfused.seconds - fused.seconds == pytest.approx(
+        4 * d.nonweight_tensor_bwd_eager_ops * us)
+
+
+@pytest.mark.parametrize("ep, experts_per_rank", [(1, 8), (8, 1)])
+def test_every_expert_weight_is_a_gemm_weight(ep, experts_per_rank):
+    """Mixtral 8x7B: a grouped expert GEMM is one call but one weight per local expert, each
+    accumulated by the GEMM; what pays the add per MoE layer is its two norms and the
+    router, whatever the expert parallelism."""
+    from simulator.cost.host import ParamLayout, linear_weights, param_tensors
+    from simulator.workload.ops import layer_ops
+    from simulator.engine.stage_work import layer_shape
+    m = get_preset("mixtral-8x7b")
+    plan = with_framework(Plan(dp=8, ep=ep, micro_batch=1, global_batch=8, precision="bf16"),
+                          "megatron-core")
+    ops = layer_ops(m, layer_shape(m, plan), m.first_layer(True))
+    layout = ParamLayout.of(m, plan.memory.param_layout)
+    experts = [o for o in ops if o.name in ("experts_fc1", "experts_fc2")]
+    assert {o.batch for o in experts} == {experts_per_rank}
+    assert param_tensors(ops, layout) - linear_weights(ops, layout) == 3
+
+
+def test_the_optimizer_phase_counts_the_rank_s_shard(monkeypatch):
+    """engine.step.optimizer_time_s hands the local-shard count to the optimizer's host time:
+    at dp 8 the host issues fewer per-tensor updates than at dp 1 by the count's drop (the
+    device's passes set to nothing, so the phase is the host's)."""
+    import simulator.engine.step as step
+    monkeypatch.setattr(step, "memory_time_s", lambda *a, **k: 0.0)
+    o = HOST.mechanisms[OPT]
+    got = {}
+    for gpus in (1, 8):
+        m, plan, cl, prof = _setup(gpus=gpus)
+        chunks = build_chunks(m, plan, cl, prof, place_groups(cl, plan))[0]
+        only = dataclasses.replace(plan, host_mechanisms=(OPT,))
+        got[gpus] = (step.optimizer_time_s(chunks, only, cl, prof),
+                     sum(local_shard_tensors(c, plan, plan.shard_ranks) for c in chunks))
+    us = prof.host.op_fwd_us.value * 1e-6
+    assert got[1][1] > got[8][1]
+    assert got[1][0] - got[8][0] == pytest.approx(
+        (got[1][1] - got[8][1]) * o.optimizer_tensor_eager_ops * us, rel=1e-6)
 
 
 def test_a_host_bound_step_slows_and_a_large_one_does_not():
