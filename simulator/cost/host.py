@@ -256,9 +256,10 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     [norm, output] units), each with a layer unit's hooks (``layer_*_eager_ops``, assumed).
     Hooks per parameter tensor (``param_tensor_fwd_eager_ops`` / ``_bwd_``) are charged for
     the ``tensors`` once per pass (``nonweight_tensor_bwd_eager_ops`` for those that are no
-    GEMM's weight: ``tensors`` less ``weights``, ``linear_weights``; default ``calls``), and hooks that fire again in the re-run forward
-    (``recompute_param_tensor_bwd_eager_ops``) for the ``recompute_tensors`` of the
-    recomputed layers in the backward (a mechanism whose hooks are per module,
+    GEMM's weight: ``tensors`` less ``weights``, ``linear_weights``; default ``calls``), and
+    hooks that fire again in the re-run forward (``recompute_param_tensor_bwd_eager_ops``)
+    for the ``recompute_tensors`` of the recomputed layers in the backward (a mechanism
+    whose hooks are per module,
     ``hooks_per_module``, counts ``modules`` instead: the chunk's and the recomputed layers'
     weight tensors, biases left out; ``regather_modules`` of them are released after forward
     and gathered again in backward, ``regather_param_tensor_*_eager_ops`` more each); where
