@@ -31,6 +31,8 @@
 * ``mcore_ddp_hooks``, ``mcore_dist_optimizer``: Megatron-Core's DistributedDataParallel
   (distributed optimizer, overlapped grad reduce and param gather) over the bare model per
   micro-batch, and its distributed optimizer's step in pieces (``calibrate.bench_mcore_ddp``);
+* ``mcore_train_loop``: Megatron-Core's no-pipelining schedule and core_r0.8.0's pretrain_gpt
+  step (get_batch, loss_func) per micro-batch outside the model (``calibrate.bench_mcore_loop``);
 * ``megatron_legacy_layer``: Megatron-LM's legacy ``ParallelTransformerLayer``
   (``calibrate.bench_megatron_legacy``; needs ``MEGATRON_LM_PATH``, skipped with a message
   otherwise): per layer, forward and backward, what is left beyond the op graph's ops
@@ -315,12 +317,15 @@ def deepspeed_pipe_rows(base: dict) -> list[dict]:
 def _optional_rows(base: dict, want) -> list[dict]:
     """``deepspeed_pipe_engine``, ``hf_trainer_loop`` (``calibrate.bench_hf_trainer``, in its
     own probe's eager ops; none, with a message, without transformers) and ``mcore_ddp_hooks``
-    / ``mcore_dist_optimizer`` rows (``calibrate.bench_mcore_ddp``), as ``want``s."""
+    / ``mcore_dist_optimizer`` rows (``calibrate.bench_mcore_ddp``) and ``mcore_train_loop``
+    (``calibrate.bench_mcore_loop``), as ``want``s."""
     from .bench_hf_trainer import rows as trainer_rows
     from .bench_mcore_ddp import framework_rows as mcore_ddp_rows
+    from .bench_mcore_loop import rows as mcore_loop_rows
     return ((deepspeed_pipe_rows(base) if want("deepspeed_pipe_engine") else [])
             + (trainer_rows(base) if want("hf_trainer_loop") else [])
-            + mcore_ddp_rows(base, want))
+            + mcore_ddp_rows(base, want)
+            + (mcore_loop_rows(base) if want("mcore_train_loop") else []))
 
 
 def _layer_rows(t: dict, op: dict[str, float], layers: tuple[int, int],
