@@ -194,27 +194,25 @@ def get_batch(data_iterator):
 
 
 def loss_func(loss_mask, output_tensor):
-    """pretrain_gpt.py L112-152: the masked loss sum and token count, the NaN assertion
-    (its ``bool`` is a device sync on a GPU), the data-parallel all-reduce of the reporting
-    copy, the local token count."""
+    """The tensor work of r0.8.0's ``loss_func`` (pretrain_gpt.py L112-152), written here as
+    a list of the same torch calls (not its code): both inputs to fp32, the masked loss sum
+    and the token count in one 2-vector, the context-parallel all-reduce (cp > 1 only), the
+    NaN assertion (its ``bool`` is a device sync on a GPU), a detached copy all-reduced over
+    data parallelism for reporting, the local token count as int."""
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as mpu
-    args = get_args()
-    losses = output_tensor.float()
-    loss_mask = loss_mask.view(-1).float()
-    total_tokens = loss_mask.sum()
-    loss = torch.cat([torch.sum(losses.view(-1) * loss_mask).view(1), total_tokens.view(1)])
-    if args.context_parallel_size > 1:
-        dist.all_reduce(loss, group=mpu.get_context_parallel_group())
-    if args.check_for_nan_in_loss_and_grad:
-        rank = dist.get_rank()
-        assert not loss[0].isnan(), f"Rank {rank}: found NaN in local forward loss"
-    reporting_loss = loss.clone().detach()
-    dist.all_reduce(reporting_loss, group=mpu.get_data_parallel_group())
-    local_num_tokens = loss[1].clone().detach().to(torch.int)
-    return (loss[0] * args.context_parallel_size, local_num_tokens,
-            {"lm loss": (reporting_loss[0], reporting_loss[1])})
+    cfg = get_args()
+    per_token, weight = output_tensor.float().view(-1), loss_mask.view(-1).float()
+    pair = torch.cat([(per_token * weight).sum().view(1), weight.sum().view(1)])
+    if cfg.context_parallel_size > 1:
+        dist.all_reduce(pair, group=mpu.get_context_parallel_group())
+    if cfg.check_for_nan_in_loss_and_grad and bool(pair[0].isnan()):
+        raise FloatingPointError(f"rank {dist.get_rank()}: NaN loss")
+    shown = pair.clone().detach()
+    dist.all_reduce(shown, group=mpu.get_data_parallel_group())
+    tokens = pair[1].clone().detach().to(torch.int)
+    return pair[0] * cfg.context_parallel_size, tokens, {"lm loss": (shown[0], shown[1])}
 
 
 @functools.cache
@@ -241,21 +239,18 @@ def pretrain_step(call):
 
 
 def average_losses(losses_reduced: list[dict]) -> dict:
-    """training.py L633-651 (``train_step`` on the last stage): the reporting losses summed
-    over the micro-batches and divided."""
-    loss_reduced = {}
+    """The arithmetic of r0.8.0's ``train_step`` on the last stage (training.py L633-651),
+    not its code: per key, the micro-batches' reported (sum, count) pairs added up and
+    divided (a plain value counts 1)."""
+    def pair(v):
+        return (v[0], v[1]) if isinstance(v, (tuple, list)) else (v, 1)
+    out = {}
     for key in losses_reduced[0]:
-        numerator = denominator = 0
-        for x in losses_reduced:
-            val = x[key]
-            if isinstance(val, (tuple, list)):
-                numerator += val[0]
-                denominator += val[1]
-            else:
-                numerator += val
-                denominator += 1
-        loss_reduced[key] = numerator / denominator
-    return loss_reduced
+        total = count = 0
+        for a, b in (pair(x[key]) for x in losses_reduced):
+            total, count = total + a, count + b
+        out[key] = total / count
+    return out
 
 
 # ---- the model, the schedule, the timed phases -----------------------------------------------
