@@ -5,17 +5,12 @@ is installed, the real wrapper at tiny size in a child process (its parallel sta
 stand-ins stay out of this one): the hooks the bench times are the ones that ran."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import types
-from pathlib import Path
 
 import pytest
 
 from calibrate import bench_mcore_ddp as b
 
-ROOT = Path(__file__).resolve().parents[2]
 LO, HI = b.LAYERS
 MODULES, TENSORS, BIAS_TENSORS = 17, 8, 12
 
@@ -173,15 +168,8 @@ print("JSON" + json.dumps(out))
 """
 
 
-def test_real_wrapper_runs_the_hooks_it_times():
-    why = b.available()
-    if why:
-        pytest.skip(why)
-    r = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600, check=False,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.split("JSON", 1)[1])
+def test_real_wrapper_runs_the_hooks_it_times(megatron_child):
+    out = megatron_child(CHILD, b.available())
     c = out["counts"]
     assert (c["layer_modules"], c["layer_tensors"]) == (MODULES, TENSORS)
     assert out["hooked_modules"] == c["model_modules"]      # a forward pre-hook each

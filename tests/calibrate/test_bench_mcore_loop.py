@@ -4,16 +4,10 @@ installed, the real schedule with the re-expressed pretrain_gpt step at tiny siz
 process (its parallel state and CPU stand-ins stay out of this one)."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from calibrate import bench_mcore_loop as b
 
-ROOT = Path(__file__).resolve().parents[2]
 K = {"model": 900.0, "sched_mb": 40.0, "sched_step": 25.0, "script_mb": 120.0,
      "workers_mb": 300.0, "avg_mb": 2.0, "avg_step": 5.0, "layer": 0.5, "next": 30.0,
      "copies": 10.0, "bcast": 20.0, "rest": 3.0, "next_w2": 200.0, "gb_w2": 190.0,
@@ -131,15 +125,8 @@ print("JSON" + json.dumps(out))
 """
 
 
-def test_real_schedule_runs_the_reexpressed_step():
-    why = b.available()
-    if why:
-        pytest.skip(why)
-    r = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600, check=False,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.split("JSON", 1)[1])
+def test_real_schedule_runs_the_reexpressed_step(megatron_child):
+    out = megatron_child(CHILD, b.available())
     t = b.TOKENS
     assert out["shapes"] == [[1, t], [1, t], [1, t], [1, 1, t, t], [1, t]]
     assert out["mask_dtype"] == "torch.bool"

@@ -149,8 +149,8 @@ def test_every_expert_weight_is_a_gemm_weight(ep, experts_per_rank):
     accumulated by the GEMM; what pays the add per MoE layer is its two norms and the
     router, whatever the expert parallelism."""
     from simulator.cost.host import ParamLayout, linear_weights, param_tensors
-    from simulator.workload.ops import layer_ops
     from simulator.engine.stage_work import layer_shape
+    from simulator.workload.ops import layer_ops
     m = get_preset("mixtral-8x7b")
     plan = with_framework(Plan(dp=8, ep=ep, micro_batch=1, global_batch=8, precision="bf16"),
                           "megatron-core")
@@ -165,7 +165,7 @@ def test_the_optimizer_phase_counts_the_rank_s_shard(monkeypatch):
     """engine.step.optimizer_time_s hands the local-shard count to the optimizer's host time:
     at dp 8 the host issues fewer per-tensor updates than at dp 1 by the count's drop (the
     device's passes set to nothing, so the phase is the host's)."""
-    import simulator.engine.step as step
+    from simulator.engine import step
     monkeypatch.setattr(step, "memory_time_s", lambda *a, **k: 0.0)
     o = HOST.mechanisms[OPT]
     got = {}
