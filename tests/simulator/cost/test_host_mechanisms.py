@@ -210,8 +210,8 @@ def test_te_module_calls_cost_their_measured_host_ratio():
     base = Plan(dp=8, micro_batch=1, global_batch=8, precision="bf16")
     assert with_framework(base, "megatron-core").host_mechanisms == (
         "te_modules", "mcore_layer_glue", "mcore_moe_layer", "mcore_model", "mcore_ddp_hooks",
-        "mcore_param_gather_hooks", "mcore_dist_optimizer", "mcore_train_loop",
-        "mcore_loss_check", "mcore_p2p_sync")
+        "mcore_grad_ready_hooks", "mcore_param_gather_hooks", "mcore_dist_optimizer",
+        "mcore_train_loop", "mcore_loss_check", "mcore_p2p_sync")
     interleaved = Plan(dp=2, pp=4, vpp=2, micro_batch=1, global_batch=8, precision="bf16",
                        schedule="interleaved")
     assert "mcore_p2p_sync" not in with_framework(interleaved, "megatron-core").host_mechanisms

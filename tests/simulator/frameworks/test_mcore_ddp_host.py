@@ -25,7 +25,8 @@ from simulator.parallel.plan import Plan
 from simulator.workload import get_preset
 
 DDP, OPT = "mcore_ddp_hooks", "mcore_dist_optimizer"
-MCORE = ("mcore_ddp_hooks", "mcore_param_gather_hooks", "mcore_dist_optimizer")
+READY = "mcore_grad_ready_hooks"
+MCORE = ("mcore_ddp_hooks", READY, "mcore_param_gather_hooks", "mcore_dist_optimizer")
 TENSORS_PER_LAYER = 8            # the bench's local-spec layer: 2 LayerNorms (w, b), 4 weights
 
 
@@ -52,12 +53,18 @@ def test_hook_coefficients_follow_the_cited_medians(host_mechanism_rows):
     model_bwd = _cited(rows, d.why, DDP, "per model pass, bwd, steady micro-batch, fixed")
     fused = _cited(rows, d.why, DDP,
                    "per layer, bwd, steady micro-batch, TE grad-accumulation fusion emulated")
-    assert d.param_tensor_bwd_eager_ops_accumulating == pytest.approx(beyond, abs=1e-3)
-    assert d.param_tensor_bwd_eager_ops == pytest.approx(
-        beyond + last_layer / TENSORS_PER_LAYER, abs=1e-3)
+    assert d.param_tensor_bwd_eager_ops == pytest.approx(beyond, abs=1e-3)
     assert d.nonweight_tensor_bwd_eager_ops == pytest.approx(add, abs=1e-3)
-    assert d.model_bwd_eager_ops == pytest.approx(model_bwd + last_fixed, abs=1e-3)
-    assert d.model_bwd_eager_ops_accumulating == pytest.approx(model_bwd, abs=1e-3)
+    assert d.model_bwd_eager_ops == pytest.approx(model_bwd, abs=1e-3)
+    r = HOST.mechanisms[READY]            # the last micro-batch's extras, with the overlap
+    for metric in ("last micro-batch, bwd, extra over steady, per layer",
+                   "last micro-batch, bwd, extra over steady, fixed"):
+        _cited(rows, r.why, DDP, metric)
+    assert r.param_tensor_bwd_eager_ops == pytest.approx(last_layer / TENSORS_PER_LAYER,
+                                                         abs=1e-3)
+    assert r.model_bwd_eager_ops == pytest.approx(last_fixed, abs=1e-3)
+    assert r.param_tensor_bwd_eager_ops_accumulating == 0.0
+    assert r.model_bwd_eager_ops_accumulating == 0.0 and r.only_with_dp_overlap
     # the split reproduces the direct measurement of a fused layer (4 weights, 4 norm tensors)
     assert 4 * beyond + 4 * (beyond + add) == pytest.approx(fused, rel=0.05)
     g = HOST.mechanisms["mcore_param_gather_hooks"]
@@ -107,6 +114,7 @@ def test_where_megatron_core_runs_them():
     assert not {"mcore_param_gather_hooks", OPT} & set(zero0.host_mechanisms)
     _, serial, _, _ = _setup(dp_overlap=False)       # no overlapped reduction or gather
     assert "mcore_param_gather_hooks" not in serial.host_mechanisms
+    assert READY not in serial.host_mechanisms and DDP in serial.host_mechanisms
     assert OPT in serial.host_mechanisms
     for other in ("megatron-lm", "fsdp2", "hf"):
         assert not set(MCORE) & set(_setup(other)[1].host_mechanisms), other
