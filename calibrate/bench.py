@@ -151,6 +151,25 @@ def backoff_s(attempt: int) -> float:
     return min(BUSY_PAUSE_S * 2 ** attempt, BUSY_PAUSE_MAX_S)
 
 
+def until_quiet(attempt: Callable[[], tuple[object, str]], wait_s: float,
+                label: str = "") -> tuple[object, list[str]]:
+    """Run ``attempt`` (a whole timed run returning (result, why it was noisy: '' when
+    quiet)), and again after a ``backoff_s`` pause while it was noisy, within ``wait_s``
+    seconds of pauses: (the last run's result, each run's noise)."""
+    import sys
+    attempts: list[str] = []
+    waited = 0.0
+    while True:
+        res, why = attempt()
+        attempts.append(why)
+        if not why or waited >= wait_s:
+            return res, attempts
+        pause = backoff_s(len(attempts) - 1)
+        print(f"{label}noisy ({why}): re-timing in {pause:g} s", file=sys.stderr)
+        time.sleep(pause)
+        waited += pause
+
+
 class BusyRetry:
     """Time a point; re-measure it while the host was busy, pausing with exponential
     backoff, within a total pause budget (seconds of sleep) shared by one benchmark's

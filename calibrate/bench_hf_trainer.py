@@ -31,7 +31,7 @@ import threading
 import time
 from statistics import fmean as _mean
 
-from .bench import backoff_s
+from .bench import until_quiet
 
 MECHANISM = "hf_trainer_loop"
 LAYERS = (1, 5)
@@ -332,24 +332,21 @@ def measure(trials: int = TRIALS) -> dict:
     torch.set_num_threads(1)
     cpus, (lo, hi) = os.sched_getaffinity(0), HOST_LAYERS
     os.sched_setaffinity(0, {min(cpus)})    # every thread on one CPU, the Trainers' too
-    usual, waited, attempts = _recorded_probe_us(_host_name()), 0.0, []
+    usual = _recorded_probe_us(_host_name())
     clip = torch.nn.utils.clip_grad_norm_          # accelerate calls it by that name
     _wrap(torch.nn.utils, "clip_grad_norm_", "c0", "c1")
+
+    def attempt():
+        meter = ForeignLoadMeter().start()
+        us, pressure = interleave(cases, trials)
+        foreign = meter.foreign(meter.stop()[0])
+        op = ((us[("probe", hi, 0)]["fwd"] - us[("probe", lo, 0)]["fwd"])
+              / (graph_ops(hi)[0] - graph_ops(lo)[0]))
+        return (us, op, pressure, foreign), noise(pressure, foreign, op, usual)
     try:
         cases, paused = build_cases()
         try:
-            while not attempts or (attempts[-1] and waited < WAIT_S):
-                if attempts:
-                    pause = backoff_s(len(attempts) - 1)
-                    print(f"noisy ({attempts[-1]}): re-timing in {pause:g} s", file=sys.stderr)
-                    time.sleep(pause)
-                    waited += pause
-                meter = ForeignLoadMeter().start()
-                us, pressure = interleave(cases, trials)
-                foreign = meter.foreign(meter.stop()[0])
-                op = ((us[("probe", hi, 0)]["fwd"] - us[("probe", lo, 0)]["fwd"])
-                      / (graph_ops(hi)[0] - graph_ops(lo)[0]))
-                attempts.append(noise(pressure, foreign, op, usual))
+            (us, op, pressure, foreign), attempts = until_quiet(attempt, WAIT_S)
         finally:
             for p in paused:
                 p.close()

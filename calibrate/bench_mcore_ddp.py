@@ -519,12 +519,8 @@ def measure(trials: int = TRIALS, repeats: int = REPEATS, layers=LAYERS, big: in
     if why:
         print(f"{HOOKS} / {OPT} skipped: {why}", file=sys.stderr)
         return None
-    import warnings
-
-    import torch
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    from .bench_mcore_host import one_thread_no_warnings
+    with one_thread_no_warnings():
         built, cnt = setups(layers, big)
         t, pressure = time_phases(built, trials, repeats)
     return {"t": t, "counts": cnt, "op": probe_op(t), "pressure": pressure,

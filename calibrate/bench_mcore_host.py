@@ -78,6 +78,19 @@ def _cpu_shims() -> None:
             setattr(mu, name, None)
 
 
+@contextlib.contextmanager
+def one_thread_no_warnings():
+    """torch on one thread, and Megatron-Core's fallback warnings (no TE, no apex) silenced,
+    for a timed run (``bench_mcore_ddp``'s and ``bench_mcore_loop``'s)."""
+    import warnings
+
+    import torch
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def available() -> str:
     """'' when Megatron-Core imports, else why not."""
     try:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 import types
 
 from .bench_mcore_ddp import HIDDEN, TOKENS, VOCAB
@@ -470,23 +469,19 @@ def op_text(n: dict) -> str:
 def _time_quiet(built: dict, iters: list, trials: int, repeats: int) -> tuple[dict, list]:
     """``bench_mcore_ddp.time_phases`` of ``built``, re-timed after a backoff pause while
     noisy (``bench_hf_host.noise``) within ``WAIT_S``: (timings, each attempt's noise)."""
-    from .bench import backoff_s
+    from .bench import until_quiet
     from .bench_hf_host import _host_name, _recorded_probe_us, noise
     from .bench_mcore_ddp import probe_op, time_phases
     from .store import ForeignLoadMeter
-    usual, waited, attempts = _recorded_probe_us(_host_name()), 0.0, []
-    while not attempts or (attempts[-1] and waited < WAIT_S):
-        if attempts:
-            pause = backoff_s(len(attempts) - 1)
-            print(f"{MECHANISM}: noisy ({attempts[-1]}), re-timing in {pause:g} s", file=sys.stderr)
-            time.sleep(pause)
-            waited += pause
+    usual = _recorded_probe_us(_host_name())
+
+    def attempt():
         meter, w0 = ForeignLoadMeter().start(), sum(map(worker_cpu_s, iters))
         t, pressure = time_phases(built, trials, repeats)
         own = meter.stop()[0] + sum(map(worker_cpu_s, iters)) - w0
         res = {"t": t, "op": probe_op(t), "pressure": pressure, "foreign": meter.foreign(own)}
-        attempts.append(noise(pressure, res["foreign"], res["op"]["fwd"], usual))
-    return res, attempts
+        return res, noise(pressure, res["foreign"], res["op"]["fwd"], usual)
+    return until_quiet(attempt, WAIT_S, f"{MECHANISM}: ")
 
 
 def measure(trials: int = TRIALS, repeats: int = REPEATS) -> dict | None:
@@ -495,12 +490,8 @@ def measure(trials: int = TRIALS, repeats: int = REPEATS) -> dict | None:
     if why:
         print(f"{MECHANISM} skipped: {why}", file=sys.stderr)
         return None
-    import warnings
-
-    import torch
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    from .bench_mcore_host import one_thread_no_warnings
+    with one_thread_no_warnings():
         built, iters = setups()
         try:
             res, attempts = _time_quiet(built, iters, trials, repeats)
