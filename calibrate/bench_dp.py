@@ -4,6 +4,7 @@ interleaved, and the per-tensor loops, on tiny tensors over a fake process group
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from .bench_host import HOST_LAYERS, loss_backward, probe_spec, time_interleaved
 
@@ -157,3 +158,50 @@ def mcore_optimizer_loop_us(tensors: int = 64, repeats: int = 200) -> float:
         return dt if grads else 0.0
     samples = sorted(loop() for _ in range(repeats))
     return samples[len(samples) // 10] / tensors * 1e6
+
+
+def _init_fake_pg() -> None:
+    """The fake 2-rank process group (collectives are calls only), once per process."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+
+
+def device_calls(fn: Callable[[], object], steps_on_device: bool = False) -> list[tuple]:
+    """(op, args, kwargs) of the calls one run of ``fn`` dispatches that take a tensor of
+    more than 0 dimensions, alone or in a list: those touching parameter-shaped (device)
+    tensors; the 0-dim step counters (on the CPU on a CUDA host unless ``steps_on_device``,
+    as fused AdamW keeps them: then any tensor counts), ``.item()`` and the scalar norm math
+    stay out."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    calls: list[tuple] = []
+    least = 0 if steps_on_device else 1
+
+    def shaped(x) -> bool:
+        xs = x if isinstance(x, (list, tuple)) else [x]
+        return any(isinstance(t, torch.Tensor) and t.dim() >= least for t in xs)
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if any(shaped(a) for a in (*args, *kwargs.values())):
+                calls.append((func, args, kwargs))
+            return func(*args, **kwargs)
+    with Record():
+        fn()
+    return calls
+
+
+def replay(fn: Callable[[], object], steps_on_device: bool = False) -> Callable[[], None]:
+    """The ``device_calls`` of one run of ``fn``, re-issued alone (under no_grad, as the
+    optimizer and clip run): on this CPU, the foreach ops' per-tensor slow path."""
+    import torch
+    calls = device_calls(fn, steps_on_device)
+
+    @torch.no_grad()
+    def run() -> None:
+        for func, args, kwargs in calls:
+            func(*args, **kwargs)
+    return run

@@ -37,6 +37,11 @@
   (``calibrate.bench_megatron_legacy``; needs ``MEGATRON_LM_PATH``, skipped with a message
   otherwise): per layer, forward and backward, what is left beyond the op graph's ops
   (materialized attention, dropout) for the same layer;
+* ``megatron_legacy_ddp_hooks``, ``megatron_legacy_optimizer``,
+  ``megatron_legacy_dist_optimizer``: Megatron-LM's legacy local ``DistributedDataParallel``
+  (per parameter tensor per backward, per model, per step) and its Float16 / distributed
+  optimizer's step in pieces, fixed and per parameter tensor
+  (``calibrate.bench_megatron_legacy_step``; needs ``MEGATRON_LM_PATH``, run alone);
 * ``hf_decoder_layer``: a HuggingFace ``transformers`` ``LlamaDecoderLayer``
   (``calibrate.bench_hf_host``; needs ``pip install transformers``, skipped otherwise): the
   same, against the op graph of a Llama-style layer;
@@ -79,6 +84,7 @@ from .bench_dp import (
     _ddp,
     _extra_us,
     _fsdp,
+    _init_fake_pg,
     _low_us,
     _mechanism_rows,
     deepspeed_loop_us,
@@ -108,13 +114,6 @@ def probe_us() -> dict[str, float]:
     (f0, b0), (f1, b1) = graph_ops(lo), graph_ops(hi)
     return {"fwd": (t[hi][0] - t[lo][0]) / (f1 - f0), "bwd": (t[hi][1] - t[lo][1]) / (b1 - b0),
             "linear": t["linear"][0]}
-
-
-def _init_fake_pg() -> None:
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    if not dist.is_initialized():
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
 
 
 def _mcore_times(mechanism: str, cases: str) -> dict | None:
@@ -461,6 +460,25 @@ def _legacy_bench_model(hidden: int, tokens: int):
                          loss="megatron")
 
 
+def legacy_alone_rows(base: dict, only: frozenset[str]) -> list[dict] | None:
+    """The Megatron-LM legacy mechanisms' rows (``calibrate.bench_megatron_legacy`` and
+    ``_legacy_step``) when ``only`` names nothing else: their stand-ins stay in the process;
+    None otherwise, with a message when it names them among others or is empty."""
+    from .bench_megatron_legacy_step import MECHANISMS as LEGACY_STEP
+    from .bench_megatron_legacy_step import framework_rows as legacy_step_rows
+    legacy = {"megatron_legacy_layer": legacy_rows,
+              "megatron_legacy_model_split": legacy_split_rows}
+    alone = set(legacy) | set(LEGACY_STEP)
+    if only and only <= alone:
+        return ([r for name in sorted(only & set(legacy)) for r in legacy[name](base)]
+                + legacy_step_rows(base, lambda name: name in only))
+    if not only or only & alone:
+        print(f"{', '.join(sorted(alone))} skipped: run them alone (--only with these names "
+              "only); their stand-ins shadow the other frameworks in this process",
+              file=sys.stderr)
+    return None
+
+
 def measure(only: frozenset[str] = frozenset()) -> list[dict]:
     """The probe rows and every mechanism's (``only``: just those mechanisms)."""
     import torch
@@ -485,14 +503,9 @@ def measure(only: frozenset[str] = frozenset()) -> list[dict]:
         rows += mcore_model_rows(base)
     rows += (hf_rows(base) if want("hf_decoder_layer") else []) + deepspeed_rows(base, only)
     rows += _optional_rows(base, want)
-    legacy = {"megatron_legacy_layer": legacy_rows,
-              "megatron_legacy_model_split": legacy_split_rows}
-    if only and only <= set(legacy):    # alone: their stand-ins stay in this process
-        return rows + [r for name in sorted(only) for r in legacy[name](base)]
-    if not only or only & set(legacy):
-        print("megatron_legacy_layer / _model_split skipped: run them alone (--only "
-              "megatron_legacy_layer,megatron_legacy_model_split); their stand-ins shadow the "
-              "other frameworks in this process", file=sys.stderr)
+    legacy = legacy_alone_rows(base, only)
+    if legacy is not None:
+        return rows + legacy
     if only and not only & {"ddp_param_hooks", "fsdp1_unit", "fsdp2_unit",
                             "deepspeed_bf16_grad_loop", "mcore_optimizer"}:
         return rows

@@ -92,8 +92,6 @@ def torch_on_cpu():
 def _shims() -> None:
     """``bench_mcore_host``'s stand-ins, the parallel state on the fake group, and the CPU
     namespace and clip assertion above (once per process)."""
-    import inspect
-
     import megatron.core.optimizer.clip_grads as cg
     import megatron.core.optimizer.distrib_optimizer as do
     import megatron.core.optimizer.optimizer as oo
@@ -109,12 +107,9 @@ def _shims() -> None:
     cpu = torch_on_cpu()
     for m in (cg, oo, do, mu):
         m.torch = cpu
-    src = inspect.getsource(cg.clip_grad_by_total_norm_fp32)
-    assert "'torch.cuda.FloatTensor'" in src
-    code = compile(src.replace("'torch.cuda.FloatTensor'", "'torch.FloatTensor'"), cg.__file__,
-                   "exec")
-    exec(code, cg.__dict__)         # noqa: S102 - Megatron's own source, one literal changed
-    oo.clip_grad_by_total_norm_fp32 = cg.clip_grad_by_total_norm_fp32
+    oo.clip_grad_by_total_norm_fp32 = mc.recompiled(cg, "clip_grad_by_total_norm_fp32",
+                                                    "'torch.cuda.FloatTensor'",
+                                                    "'torch.FloatTensor'")
 
 
 @contextlib.contextmanager
@@ -209,10 +204,11 @@ def _batch():
     return ids, torch.arange(TOKENS)[None], mask
 
 
-def _fwd_bwd(model, params):
-    """(forward, backward) of one micro-batch of ``model``: the forward to the summed loss,
-    held for the backward, which then drops every ``.grad`` (a DDP hook has dropped them)."""
-    ids, pos, mask = _batch()
+def _fwd_bwd(model, params, batch=None):
+    """(forward, backward) of one micro-batch of ``model`` (of ``batch``: ids, positions,
+    mask; default ``_batch()``): the forward to the summed loss, held for the backward, which
+    then drops every ``.grad`` (a DDP hook has dropped them)."""
+    ids, pos, mask = batch or _batch()
     held = {}
 
     def fwd():

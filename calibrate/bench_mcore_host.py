@@ -78,6 +78,17 @@ def _cpu_shims() -> None:
             setattr(mu, name, None)
 
 
+def recompiled(module, name: str, old: str, new: str):
+    """``module.name`` (a function) recompiled from its own source with the literal ``old``
+    reading ``new``, in its module's namespace (Megatron's CUDA type-name assertions)."""
+    import inspect
+    src = inspect.getsource(getattr(module, name))
+    assert old in src
+    code = compile(src.replace(old, new), module.__file__, "exec")
+    exec(code, module.__dict__)     # noqa: S102 - Megatron's own source, one literal changed
+    return getattr(module, name)
+
+
 @contextlib.contextmanager
 def one_thread_no_warnings():
     """torch on one thread, and Megatron-Core's fallback warnings (no TE, no apex) silenced,

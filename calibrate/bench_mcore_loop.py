@@ -466,9 +466,11 @@ def op_text(n: dict) -> str:
 
 
 # ---- measuring -------------------------------------------------------------------------------
-def _time_quiet(built: dict, iters: list, trials: int, repeats: int) -> tuple[dict, list]:
-    """``bench_mcore_ddp.time_phases`` of ``built``, re-timed after a backoff pause while
-    noisy (``bench_hf_host.noise``) within ``WAIT_S``: (timings, each attempt's noise)."""
+def _time_quiet(built: dict, iters: list, trials: int, repeats: int,
+                label: str = MECHANISM) -> tuple[dict, list]:
+    """``bench_mcore_ddp.time_phases`` of ``built`` (``iters``: DataLoader iterators whose
+    workers' CPU time is the run's own), re-timed after a backoff pause while noisy
+    (``bench_hf_host.noise``) within ``WAIT_S``: (timings, each attempt's noise)."""
     from .bench import until_quiet
     from .bench_hf_host import _host_name, _recorded_probe_us, noise
     from .bench_mcore_ddp import probe_op, time_phases
@@ -481,7 +483,7 @@ def _time_quiet(built: dict, iters: list, trials: int, repeats: int) -> tuple[di
         own = meter.stop()[0] + sum(map(worker_cpu_s, iters)) - w0
         res = {"t": t, "op": probe_op(t), "pressure": pressure, "foreign": meter.foreign(own)}
         return res, noise(pressure, res["foreign"], res["op"]["fwd"], usual)
-    return until_quiet(attempt, WAIT_S, f"{MECHANISM}: ")
+    return until_quiet(attempt, WAIT_S, f"{label}: ")
 
 
 def measure(trials: int = TRIALS, repeats: int = REPEATS) -> dict | None:

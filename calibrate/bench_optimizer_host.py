@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bench import PRESSURE_MAX, PRESSURE_SUSPECT, backoff_s
-from .bench_dp import _mechanism_rows
+from .bench_dp import _mechanism_rows, replay
 from .bench_framework import COLUMNS, CSV, _cpu_model, _init_fake_pg
 from .bench_host import HOST_LAYERS, _decoder_fns, graph_ops, time_interleaved
 
@@ -303,45 +303,6 @@ def composer_step(params: list, **hyper) -> Callable[[], object]:
     opt.step()
     opt.step()
     return opt.step
-
-
-def device_calls(fn: Callable[[], object], steps_on_device: bool = False) -> list[tuple]:
-    """(op, args, kwargs) of the calls one run of ``fn`` dispatches that take a tensor of
-    more than 0 dimensions, alone or in a list: those touching parameter-shaped (device)
-    tensors; the 0-dim step counters (on the CPU on a CUDA host unless ``steps_on_device``,
-    as fused AdamW keeps them: then any tensor counts), ``.item()`` and the scalar norm math
-    stay out."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    calls: list[tuple] = []
-    least = 0 if steps_on_device else 1
-
-    def shaped(x) -> bool:
-        xs = x if isinstance(x, (list, tuple)) else [x]
-        return any(isinstance(t, torch.Tensor) and t.dim() >= least for t in xs)
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if any(shaped(a) for a in (*args, *kwargs.values())):
-                calls.append((func, args, kwargs))
-            return func(*args, **kwargs)
-    with Record():
-        fn()
-    return calls
-
-
-def replay(fn: Callable[[], object], steps_on_device: bool = False) -> Callable[[], None]:
-    """The ``device_calls`` of one run of ``fn``, re-issued alone (under no_grad, as the
-    optimizer and clip run): on this CPU, the foreach ops' per-tensor slow path."""
-    import torch
-    calls = device_calls(fn, steps_on_device)
-
-    @torch.no_grad()
-    def run() -> None:
-        for func, args, kwargs in calls:
-            func(*args, **kwargs)
-    return run
 
 
 def cases(n: int) -> dict[str, Callable[[], object]]:
