@@ -429,13 +429,15 @@ def opt_values(t: dict, c: dict, kind: str) -> list[tuple[str, float]]:
     """(metric, us) rows of ``megatron_legacy_optimizer`` (``kind`` opt) or ``_dist_optimizer``
     (dist): each piece's line, and derived: the step beyond its pieces, clip scaling, the norm
     stand-in's share, the inner step's CUDA estimate, the per-step total and its GPU
-    estimate."""
+    estimate (dist: per local tensor, and the calls over every model tensor apart)."""
     f = step_fits(t, c, kind)
     local = "local parameter tensor" if kind == "dist" else "parameter tensor"
     pieces = ("copy_grads", "clip_grad_norm", "inner_step", "copy_params")
     per_step = ("zero_grad", "step", "gather_model_params", "scheduler_step") + (
         ("reduce_model_grads",) if kind == "dist" else ())
-    total = tuple(sum(f[p][i] for p in per_step) for i in (0, 1))
+    by_model = [p for p in per_step if kind == "dist" and p in MODEL_FIT]
+    total = (sum(f[p][0] for p in per_step),
+             sum(f[p][1] for p in per_step if p not in by_model))
     cuda = (f["inner_step"][0], f["inner_step"][1] - f["inner_step_slow"][1])
     stand_in = _sub(f["clip_grad_norm"], f["clip_grad_norm_onecall"])
     derived = {
@@ -454,6 +456,9 @@ def opt_values(t: dict, c: dict, kind: str) -> list[tuple[str, float]]:
     for ph, (a, b) in list(own.items()) + list(derived.items()):
         per = "model parameter tensor" if ph in MODEL_FIT else local
         rows += [(f"{ph}, per step, fixed", a), (f"{ph}, per {per}", b)]
+    if by_model:                # the distributed optimizer's calls over every model tensor
+        rows.append((f"per step total ({' + '.join(by_model)}), per model parameter tensor "
+                     "(with either total)", sum(f[p][1] for p in by_model)))
     return rows
 
 

@@ -96,6 +96,11 @@ def test_opt_values_fit_fixed_and_per_tensor(kind):
     n_total = 5 if kind == "dist" else 4
     total = [k for k in v if k.startswith("per step total (")]
     assert v[total[0]] == pytest.approx(n_total * K["fixed"])
+    # per local tensor: zero_grad, step, scheduler_step (and gather: one tensor count)
+    assert v[total[1]] == pytest.approx((3 if kind == "dist" else 4) * K["per"])
+    model = "per step total (gather_model_params + reduce_model_grads), per model parameter " \
+        "tensor (with either total)"
+    assert v.get(model) == (pytest.approx(2 * K["per"]) if kind == "dist" else None)
     assert ("reduce_model_grads, per step, fixed" in v) == (kind == "dist")
     assert not any(k.startswith(("zero_grad_buffer", "allreduce_gradients")) for k in v)
 
