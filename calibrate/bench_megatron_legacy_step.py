@@ -61,10 +61,12 @@ non_blocking ends in ``cudaStreamSynchronize``, so the host waits for the whole 
 L95 ``total_norm.item()`` (waits for the norm and its all-reduce), and when the norm exceeds
 the clip L100 ``torch.cuda.IntTensor([0])`` again; with a loss scale (fp16) also
 ``optimizer.py`` L401 ``found_inf.item()``; with ``--log-num-zeros-in-grad`` clip_grads.py
-L118 and L133. ``training.py`` ``training_log`` L513 (``torch.cuda.FloatTensor([0.0])``, per
-step where the dict lacks the key) and L710 ``get_loss_scale().item()`` every step are outside
-these mechanisms. DDP's hooks, ``zero_grad_buffer``, ``allreduce_gradients``, ``zero_grad``
-and the scheduler have none.
+L118 and L133; with ``--timing-log-level`` 1 or 2 every level-1 timer's start and stop
+(``timers.py`` L84, L94 ``torch.cuda.synchronize()``; level 0, the default, times none of
+these). Outside these mechanisms, every step: ``training.py`` L513 (``training_log``:
+``torch.cuda.FloatTensor([0.0])`` built as ``dict.get``'s default, per loss key) and L710
+(``get_loss_scale().item()``). DDP's hooks, ``zero_grad_buffer``, ``allreduce_gradients``,
+``zero_grad`` and the scheduler have none.
 """
 from __future__ import annotations
 
