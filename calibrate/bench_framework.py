@@ -64,6 +64,10 @@
   skipped without DeepSpeed): ``train_batch`` of the probe in 2 stages over the bare stages,
   per micro-batch and per step for the first and the last stage, each instruction, and its
   tensor-parallel (``PartitionedTensor``) hand-offs' extra, timed in a child process.
+* ``deepspeed_zero_optimizer``: DeepSpeed's ZeRO stage 1 / 2 optimizer step
+  (``DeepSpeedZeroOptimizer.step`` as ``engine.step()`` runs it at the accumulation boundary,
+  bf16 and fp16, ``calibrate.bench_deepspeed_step``; skipped without DeepSpeed): whole and in
+  its pieces, fixed, per parameter tensor and per partition element, and its host reads.
 * ``hf_trainer_loop``: HuggingFace ``Trainer``'s own host work per micro-batch and per optimizer
   step beyond the model's, and its host reads (``calibrate.bench_hf_trainer``; skipped without
   transformers).
@@ -314,14 +318,19 @@ def deepspeed_pipe_rows(base: dict) -> list[dict]:
 
 
 def _optional_rows(base: dict, want) -> list[dict]:
-    """``deepspeed_pipe_engine``, ``hf_trainer_loop`` (``calibrate.bench_hf_trainer``, in its
-    own probe's eager ops; none, with a message, without transformers) and ``mcore_ddp_hooks``
-    / ``mcore_dist_optimizer`` rows (``calibrate.bench_mcore_ddp``) and ``mcore_train_loop``
-    (``calibrate.bench_mcore_loop``), as ``want``s."""
+    """``deepspeed_pipe_engine``, ``deepspeed_zero_optimizer`` (``calibrate.
+    bench_deepspeed_step``; none, with a message, without DeepSpeed), ``hf_trainer_loop``
+    (``calibrate.bench_hf_trainer``, in its own probe's eager ops; none, with a message,
+    without transformers) and ``mcore_ddp_hooks`` / ``mcore_dist_optimizer`` rows
+    (``calibrate.bench_mcore_ddp``) and ``mcore_train_loop`` (``calibrate.bench_mcore_loop``),
+    as ``want``s."""
+    from .bench_deepspeed_step import MECHANISM as DS_STEP
+    from .bench_deepspeed_step import rows as ds_step_rows
     from .bench_hf_trainer import rows as trainer_rows
     from .bench_mcore_ddp import framework_rows as mcore_ddp_rows
     from .bench_mcore_loop import rows as mcore_loop_rows
     return ((deepspeed_pipe_rows(base) if want("deepspeed_pipe_engine") else [])
+            + (ds_step_rows(base) if want(DS_STEP) else [])
             + (trainer_rows(base) if want("hf_trainer_loop") else [])
             + mcore_ddp_rows(base, want)
             + (mcore_loop_rows(base) if want("mcore_train_loop") else []))

@@ -1,4 +1,5 @@
-"""Fixtures of the calibration tests: a synthetic GPU calibration directory (gpu_rows.py)."""
+"""Fixtures of the calibration tests: a synthetic GPU calibration directory (gpu_rows.py),
+DeepSpeed absent or on a fake process group, a child interpreter for Megatron-Core."""
 from __future__ import annotations
 
 import json
@@ -29,6 +30,36 @@ def without_deepspeed(monkeypatch):
         return real(name, *a, **k)
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     monkeypatch.setattr(builtins, "__import__", no_deepspeed)
+
+
+@pytest.fixture
+def fake_pg(monkeypatch, request):
+    """DeepSpeed on its CPU accelerator over a fake process group of 2 ranks (or
+    ``request.param``), torn down after; skipped where DeepSpeed does not import."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from calibrate.bench_deepspeed import available
+    why = available()
+    if why:
+        pytest.skip(why)
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    world = getattr(request, "param", 2)
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", str(world)),
+                 ("LOCAL_SIZE", "1")):
+        monkeypatch.setenv(k, v)                # restored afterwards, as the bench sets them
+    ours = not dist.is_initialized()
+    if ours:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    elif dist.get_world_size() != world:
+        pytest.skip(f"a process group of {dist.get_world_size()} ranks is up already")
+    yield
+    if ours:
+        from deepspeed.utils import groups
+        dist.destroy_process_group()
+        release = getattr(groups, "_release_process_group_references", None)
+        if release:
+            release()
 
 
 @pytest.fixture

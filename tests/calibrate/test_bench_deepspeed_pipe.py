@@ -112,33 +112,6 @@ def test_the_bench_says_why_it_skips(without_deepspeed, capsys):
     assert "deepspeed_pipe_engine skipped: deepspeed not importable" in capsys.readouterr().err
 
 
-@pytest.fixture
-def fake_pg(monkeypatch, request):
-    """DeepSpeed on its CPU accelerator over a fake process group of 2 ranks (or
-    ``request.param``), torn down after."""
-    pytest.importorskip("torch")
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    _deepspeed()
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    world = getattr(request, "param", 2)
-    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", str(world)),
-                 ("LOCAL_SIZE", "1")):
-        monkeypatch.setenv(k, v)                # restored afterwards, as the bench sets them
-    ours = not dist.is_initialized()
-    if ours:
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-    elif dist.get_world_size() != world:
-        pytest.skip(f"a process group of {dist.get_world_size()} ranks is up already")
-    yield
-    if ours:
-        from deepspeed.utils import groups
-        dist.destroy_process_group()
-        release = getattr(groups, "_release_process_group_references", None)
-        if release:
-            release()
-
-
 def test_both_stages_engines_run_primed_and_timed(fake_pg, monkeypatch):
     """A short real run: the last stage received the first's activation metadata in the
     priming step (a fake group alone leaves it uninitialized), every per-micro-batch
