@@ -216,7 +216,8 @@ def test_te_module_calls_cost_their_measured_host_ratio():
                        schedule="interleaved")
     assert "mcore_p2p_sync" not in with_framework(interleaved, "megatron-core").host_mechanisms
     assert with_framework(base, "megatron").host_mechanisms == (
-        "megatron_batch_sync", "megatron_p2p_sync", "megatron_legacy_layer")
+        "megatron_batch_sync", "megatron_p2p_sync", "megatron_legacy_layer",
+        "megatron_legacy_ddp_hooks", "megatron_legacy_optimizer")
 
 
 def test_fsdp_reduce_dtype_follows_the_framework():
