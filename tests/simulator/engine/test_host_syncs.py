@@ -105,16 +105,17 @@ def test_the_loss_pass_is_the_last_position():
 
 
 def test_frameworks_carry_the_waits_their_scripts_have():
-    """Megatron-LM (legacy get_batch) and HF's Trainer (its loss check) wait before each
-    forward, Megatron-Core's script after the loss; frameworks without such reads (NeMo,
-    FSDP, DeepSpeed) do neither."""
+    """Megatron-LM (legacy get_batch), HF's Trainer (its loss check) and DeepSpeed's engine
+    (its synchronising throughput timer, stop 39) wait before each forward, Megatron-Core's
+    script after the loss; frameworks without such reads (NeMo, FSDP) do neither."""
     plan = Plan(micro_batch=1, global_batch=2)
     mechs = {fw: with_framework(plan, fw).host_mechanisms for fw in
              ("megatron-lm", "megatron-core", "nemo", "hf", "llm-foundry", "deepspeed")}
     assert "megatron_batch_sync" in mechs["megatron-lm"]
     assert "mcore_loss_check" in mechs["megatron-core"]
     assert "hf_trainer_loop" in mechs["hf"]
-    for fw in ("nemo", "llm-foundry", "deepspeed"):
+    assert "deepspeed_throughput_timer" in mechs["deepspeed"]
+    for fw in ("nemo", "llm-foundry"):
         assert not any(HOST.mechanisms[n].sync_before_fwd or HOST.mechanisms[n].sync_after_loss
                        for n in mechs[fw]), fw
 

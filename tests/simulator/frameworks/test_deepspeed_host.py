@@ -135,13 +135,13 @@ def test_each_mechanism_exists_only_at_its_zero_stage():
     assert HOST.mechanisms[Z1].zero_stages == (1,)
     assert HOST.mechanisms[Z2].zero_stages == (2,)
     assert HOST.mechanisms[Z3].zero_stages == (3,)
-    opt = "deepspeed_zero_optimizer"                   # ZeRO-1/2's step (stop 39)
+    opt, timer = "deepspeed_zero_optimizer", "deepspeed_throughput_timer"   # stop 39
     want = {0: (), 1: (Z1, opt), 2: (Z2, opt), 3: (Z3,)}
     for zero, mech in want.items():
         got = with_framework(_plan(zero), "deepspeed", {"zero_stage"}).host_mechanisms
-        assert got == ("hf_decoder_layer",) + mech, zero
+        assert got == ("hf_decoder_layer",) + mech + (timer,), zero
     # DeepSpeed's default stage is 0: no ZeRO hooks unless the run states a stage
-    assert with_framework(_plan(3), "deepspeed").host_mechanisms == ("hf_decoder_layer",)
+    assert with_framework(_plan(3), "deepspeed").host_mechanisms == ("hf_decoder_layer", timer)
     # BLOOM's Megatron-DeepSpeed: BF16_Optimizer (its own ZeRO-1), never the engine's hooks
     for zero in (0, 1, 2, 3):
         got = with_framework(_plan(zero), "megatron-deepspeed", {"zero_stage"}).host_mechanisms
@@ -209,8 +209,9 @@ def test_a_host_bound_zero3_step_grows_by_the_measured_host_work():
     prof = dataclasses.replace(hardware_db.load_profile("h100-sxm"), host=HostModel(c, c))
     plan = with_framework(Plan(dp=2, micro_batch=1, global_batch=8, precision="bf16",
                                zero_stage=3), "deepspeed", {"zero_stage"})
-    assert plan.host_mechanisms == ("hf_decoder_layer", Z3)
-    without = dataclasses.replace(plan, host_mechanisms=("hf_decoder_layer",))
+    assert plan.host_mechanisms == ("hf_decoder_layer", Z3, "deepspeed_throughput_timer")
+    without = dataclasses.replace(plan, host_mechanisms=("hf_decoder_layer",
+                                                         "deepspeed_throughput_timer"))
     r_with, r_without = simulate(MODEL, plan, cl, prof), simulate(MODEL, without, cl, prof)
     assert r_with.breakdown.host_s > 0
     m = HOST.mechanisms[Z3]

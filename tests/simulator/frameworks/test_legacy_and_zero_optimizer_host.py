@@ -178,3 +178,31 @@ def test_a_host_bound_step_slows_and_a_large_one_does_not(framework, zero, names
                                                            - b.breakdown.optimizer_s)
         else:
             assert a.step_time_s == pytest.approx(b.step_time_s, rel=2e-3)
+
+
+TIMER = "deepspeed_throughput_timer"
+
+
+def test_deepspeed_s_throughput_timer_waits_before_every_forward():
+    """The engine's synchronising throughput timer (a source reading): the host issues no
+    micro-batch's forward before the device has finished the one before, so GPT-2 124M at
+    micro-batch 1 on 8 A100, whose host and device times per pass are close, is slower with
+    it over 4 micro-batches, by less than the host time it stops overlapping; not under
+    DeepSpeed's pipeline engine, which loads its own batches."""
+    t = HOST.mechanisms[TIMER]
+    assert t.sync_before_fwd and t.only_without_pp
+    for zero in (0, 1, 2, 3):
+        assert TIMER in _plan("deepspeed", zero).host_mechanisms
+    piped = with_framework(Plan(dp=4, pp=2, micro_batch=1, global_batch=8, precision="bf16"),
+                           "deepspeed")
+    assert TIMER not in piped.host_mechanisms
+    cl = hardware_db.build_cluster("a100-sxm-80gb", 8)
+    prof = hardware_db.load_profile("a100-sxm-80gb")
+    m = get_preset("gpt2-124m")
+    plan = with_framework(Plan(dp=8, micro_batch=1, global_batch=32, precision="bf16"),
+                          "deepspeed")
+    bare = dataclasses.replace(plan, host_mechanisms=tuple(
+        n for n in plan.host_mechanisms if n != TIMER))
+    a, b = simulate(m, plan, cl, prof), simulate(m, bare, cl, prof)
+    assert a.step_time_s > 1.02 * b.step_time_s
+    assert a.step_time_s - b.step_time_s < a.breakdown.host_s
