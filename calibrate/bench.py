@@ -170,6 +170,20 @@ def until_quiet(attempt: Callable[[], tuple[object, str]], wait_s: float,
         waited += pause
 
 
+def checked_rows(mechanism: str, bench, base: dict) -> list[dict]:
+    """A framework bench's ``bench_framework`` entry: measure once (``bench.measure``:
+    None without the framework), print its table, and return its rows (``bench.rows_of``)
+    unless ``bench.problems`` finds the run unfit, which is said on stderr instead."""
+    import sys
+    m = bench.measure()
+    bad = bench.problems(m) if m else []
+    if m:
+        bench.print_table(m)
+    if bad:
+        print(f"{mechanism} rows not written: " + "; ".join(bad), file=sys.stderr)
+    return bench.rows_of(m, base) if m and not bad else []
+
+
 class BusyRetry:
     """Time a point; re-measure it while the host was busy, pausing with exponential
     backoff, within a total pause budget (seconds of sleep) shared by one benchmark's

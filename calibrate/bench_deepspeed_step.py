@@ -485,10 +485,5 @@ def print_table(m: dict, out=sys.stderr) -> None:
 def rows(base: dict) -> list[dict]:
     """``bench_framework``'s entry: one run's rows; none, with a message, without DeepSpeed
     or when the run is unfit (``problems``)."""
-    m = measure()
-    bad = problems(m) if m else []
-    if m:
-        print_table(m)
-    if bad:
-        print(f"{MECHANISM} rows not written: " + "; ".join(bad), file=sys.stderr)
-    return rows_of(m, base) if m and not bad else []
+    from .bench import checked_rows
+    return checked_rows(MECHANISM, sys.modules[__name__], base)

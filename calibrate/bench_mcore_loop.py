@@ -542,13 +542,8 @@ def rows_of(m: dict, base: dict) -> list[dict]:
 def rows(base: dict) -> list[dict]:
     """``bench_framework``'s entry: one run's rows in its own probe's units; none, with a
     message, without Megatron-Core or when the run is unfit."""
-    m = measure()
-    bad = problems(m) if m else []
-    if m:
-        print_table(m)
-    if bad:
-        print(f"{MECHANISM} rows not written: " + "; ".join(bad), file=sys.stderr)
-    return rows_of(m, base) if m and not bad else []
+    from .bench import checked_rows
+    return checked_rows(MECHANISM, sys.modules[__name__], base)
 
 
 def print_table(m: dict, out=sys.stderr) -> None:

@@ -33,3 +33,21 @@ def test_gives_up_once_the_pause_budget_is_spent(monkeypatch):
     assert sum(slept) == budget
     res, attempts = bench.until_quiet(_runs([""]), wait_s=0.0)
     assert res == 1 and attempts == [""]
+
+
+def test_checked_rows_writes_only_a_fit_run(capsys):
+    """calibrate.bench.checked_rows: a run's rows when ``problems`` finds none; none, with
+    the problems on stderr, otherwise; none without the framework (``measure`` None)."""
+    import types
+    from calibrate.bench import checked_rows
+
+    def bench(result, bad):
+        return types.SimpleNamespace(
+            measure=lambda: result, problems=lambda m: bad,
+            print_table=lambda m: print("table", m, file=__import__("sys").stderr),
+            rows_of=lambda m, base: [{**base, "value": m}])
+    assert checked_rows("mech", bench(3.0, []), {"host": "h"}) == [{"host": "h", "value": 3.0}]
+    assert checked_rows("mech", bench(3.0, ["noisy", "slow"]), {}) == []
+    assert "mech rows not written: noisy; slow" in capsys.readouterr().err
+    assert checked_rows("mech", bench(None, ["never asked"]), {}) == []
+    assert "table" not in capsys.readouterr().err
