@@ -457,6 +457,8 @@ def opt_values(t: dict, c: dict, kind: str) -> list[tuple[str, float]]:
     rows = []
     for ph, (a, b) in list(own.items()) + list(derived.items()):
         per = "model parameter tensor" if ph in MODEL_FIT else local
+        if by_model and ph.startswith("per step total"):   # not the label of lines 1210, 1212
+            per += " only (the model-tensor calls on their own row)"  # (both parts in one)
         rows += [(f"{ph}, per step, fixed", a), (f"{ph}, per {per}", b)]
     if by_model:                # the distributed optimizer's calls over every model tensor
         rows.append((f"per step total ({' + '.join(by_model)}), per model parameter tensor "

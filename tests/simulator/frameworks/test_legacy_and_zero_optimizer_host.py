@@ -29,9 +29,11 @@ DS_OFFSETS = (0, 159, 318)            # the three DeepSpeed runs: lines 1393-155
 
 
 def _runs(rows, why: str, mechanism: str, metric: str) -> list[float]:
-    """The three runs' values of ``metric``, each line cited in ``why``."""
+    """The values of ``metric`` on the three lines ``why`` cites for it (the first three
+    of the CSV's rows with that label, as the source was written: later runs appended
+    under the same label are not part of it)."""
     hits = [(line, float(r["eager_ops"])) for line, r in sorted(rows.items())
-            if r["mechanism"] == mechanism and r["metric"] == metric]
+            if r["mechanism"] == mechanism and r["metric"] == metric][:3]
     assert len(hits) == 3, (mechanism, metric)
     cited = ", ".join(str(line) for line, _ in hits)
     assert cited in why, (metric, cited)
@@ -50,13 +52,16 @@ def test_legacy_ddp_hook_coefficients_follow_the_cited_medians(host_mechanism_ro
     fused_layer = _median(rows, d.why, DDP,
                           "per layer, bwd, hooks under gradient-accumulation fusion")
     assert d.nonweight_tensor_bwd_eager_ops == pytest.approx(add, abs=1e-3)
-    assert d.param_tensor_bwd_eager_ops == pytest.approx(whole - add, abs=1e-3)
+    # the hook alone: the directly measured fused layer less its 8 adding tensors' adds,
+    # over its 12 tensors; the difference of the medians agrees within the noise
+    assert d.param_tensor_bwd_eager_ops == pytest.approx((fused_layer - 8 * add) / 12, abs=1e-3)
+    assert d.param_tensor_bwd_eager_ops == pytest.approx(whole - add, abs=0.1)
     assert d.optimizer_fixed_eager_ops == pytest.approx(
         _median(rows, d.why, DDP, "zero_grad_buffer, per step, fixed"), abs=1e-3)
-    # the split reproduces the layer measured with the fusion emulated: 4 fused weights
-    # pay the hook alone, its 8 other tensors (biases, LayerNorms) the add too
-    split = 12 * d.param_tensor_bwd_eager_ops + 8 * d.nonweight_tensor_bwd_eager_ops
-    assert split == pytest.approx(fused_layer, rel=0.1)
+    # and the split still reproduces the unfused layer's hooks (every tensor adds)
+    unfused = _median(rows, d.why, DDP, "per layer, bwd (hooks of its tensors)")
+    split = 12 * (d.param_tensor_bwd_eager_ops + d.nonweight_tensor_bwd_eager_ops)
+    assert split == pytest.approx(unfused, rel=0.1)
     assert d.model_bwd_eager_ops == 0.0 and not d.zero_stages
 
 
@@ -140,8 +145,19 @@ def test_legacy_megatron_runs_one_optimizer_per_zero_stage(zero, present, absent
 
 @pytest.mark.parametrize("zero, present", [(0, False), (1, True), (2, True), (3, False)])
 def test_deepspeed_charges_its_zero_optimizer_at_stages_1_and_2(zero, present):
-    assert (ZERO in _plan("deepspeed", zero).host_mechanisms) is present
+    """DeepSpeed's own engine and HF's Trainer on it (ZeRO 1/2: no torch DDP hooks, no
+    torch optimizer of its own); not under DeepSpeed's pipeline engine, whose measured
+    per-step instructions stand for the step; never Megatron-DeepSpeed's BF16_Optimizer."""
+    for fw in ("deepspeed", "hf"):
+        assert (ZERO in _plan(fw, zero).host_mechanisms) is present, fw
+    hf = _plan("hf", zero).host_mechanisms
+    assert ("deepspeed_zero1_grad_hooks" in hf) is (zero == 1)
+    assert ("deepspeed_zero2_grad_hooks" in hf) is (zero == 2)
+    assert ("ddp_param_hooks" in hf) is (zero == 0) and TIMER not in hf
     assert ZERO not in _plan("megatron-deepspeed", zero).host_mechanisms
+    piped = with_framework(Plan(dp=4, pp=2, micro_batch=1, global_batch=8, precision="bf16",
+                                zero_stage=zero), "deepspeed", {"zero_stage"}).host_mechanisms
+    assert ZERO not in piped and "deepspeed_pipe_engine" in piped
 
 
 def test_the_host_cost_is_the_stated_sum():
@@ -171,6 +187,8 @@ def test_a_host_bound_step_slows_and_a_large_one_does_not(framework, zero, names
         plan = _plan(framework, zero)
         bare = dataclasses.replace(plan, host_mechanisms=tuple(
             n for n in plan.host_mechanisms if n not in names))
+        assert set(names) & set(plan.host_mechanisms) == set(names) - {
+            OPT if zero else DIST}
         a, b = simulate(m, plan, cl, prof), simulate(m, bare, cl, prof)
         if host_bound:
             assert a.breakdown.optimizer_s > b.breakdown.optimizer_s
