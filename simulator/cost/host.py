@@ -241,8 +241,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
                     recompute_layers: int = 0, edge_units: int = 0,
                     boundary_share: float = 1.0, recompute_tensors: int = 0,
                     modules: tuple[int, int] | None = None,
-                    regather_modules: int = 0,
-                    weights: int | None = None) -> tuple[HostCost, HostCost]:
+                    regather_modules: int = 0, weights: int | None = None,
+                    extra_buckets: int = 0) -> tuple[HostCost, HostCost]:
     """(forward, backward) host time the framework's mechanisms add to one chunk pass of
     ``layers`` layers holding ``tensors`` parameter tensors and making ``calls`` Linear-module
     calls (``linear_calls``), ``recompute_calls`` of them and ``recompute_layers`` of the
@@ -265,7 +265,9 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
     and gathered again in backward, ``regather_param_tensor_*_eager_ops`` more each); where
     a mechanism costs less
     off the gradient-accumulation boundary (``*_accumulating``), a backward pays that plus
-    ``boundary_share`` (one over the step's micro-batches) of the difference."""
+    ``boundary_share`` (one over the step's micro-batches) of the difference, and the
+    per-bucket work of the step's first forward / last backward (``bucket_*_eager_ops``
+    times ``extra_buckets``, the chunk's gradient buckets beyond one) that share of it."""
     scale = host_mode(mode).op_scale
     fwd = bwd = 0.0
     for name in names:
@@ -280,7 +282,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
         fwd += layers * (m.layer_fwd_eager_ops + glue) + calls * call_f \
             + recompute_layers * wrap_f + edge_units * m.layer_fwd_eager_ops \
             + t * m.param_tensor_fwd_eager_ops \
-            + regather_modules * m.regather_param_tensor_fwd_eager_ops
+            + regather_modules * m.regather_param_tensor_fwd_eager_ops \
+            + extra_buckets * boundary_share * m.bucket_fwd_eager_ops
         bwd += (layers + edge_units) * m.layer_bwd_eager_ops \
             + t * _by_share(m.param_tensor_bwd_eager_ops,
                                   m.param_tensor_bwd_eager_ops_accumulating, boundary_share) \
@@ -288,7 +291,8 @@ def mechanisms_host(names: tuple[str, ...], layers: int, tensors: int, prof: Pro
             + rt * m.recompute_param_tensor_bwd_eager_ops \
             + regather_modules * m.regather_param_tensor_bwd_eager_ops \
             + max(0, tensors - (calls if weights is None else weights)) \
-            * m.nonweight_tensor_bwd_eager_ops
+            * m.nonweight_tensor_bwd_eager_ops + extra_buckets * boundary_share \
+            * m.bucket_bwd_eager_ops
     return mechanism_host(fwd, prof), mechanism_host(bwd, prof)
 
 

@@ -300,7 +300,8 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     layout = ParamLayout.of(model, plan.memory.param_layout)
     modules = layout.weights_only()                  # one tensor per module (ZeRO-3's hooks)
     counts = _Counts(len(layers), edge_units=_fsdp_edge_units(plan, first, last),
-                     regather_layers=len(layers) - mem.zero3_kept_layers)
+                     regather_layers=len(layers) - mem.zero3_kept_layers,
+                     extra_buckets=plan.gradient_buckets(params, s, c) - 1)
     # runs of one layer kind and recompute (a partial recompute's first layers, then the rest)
     for (_, rc), run in groupby(enumerate(layers), key=lambda il: (
             model.layer_kind(il[1]), plan.recompute_of(il[0]))):
@@ -315,14 +316,11 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
                                        linear_weights(lf, layout)),
                                    linear_calls(lf, layout), rc == Recompute.FULL or sac_op(plan))
     if extra:
-        fwd.add(_set_host(pass_cost(extra, cluster.gpu, prof, groups, plan.tp_overlap),
-                          eager_host(extra, prof, False, plan.host_mode)))
         eb = backward_ops(extra)
-        bwd.add(_set_host(pass_cost(eb, cluster.gpu, prof, groups, plan.tp_overlap),
-                          eager_host(eb, prof, True, plan.host_mode)))
-        ew = weight_grad_ops(eb)
-        wgrad.add(_set_host(pass_cost(ew, cluster.gpu, prof, groups, plan.tp_overlap),
-                            eager_host(ew, prof, True, plan.host_mode)))
+        for pc, ops, back in ((fwd, extra, False), (bwd, eb, True),
+                              (wgrad, weight_grad_ops(eb), True)):
+            pc.add(_set_host(pass_cost(ops, cluster.gpu, prof, groups, plan.tp_overlap),
+                             eager_host(ops, prof, back, plan.host_mode)))
         shared = _shared_head_tensors(extra, model)
         counts = replace(counts, edge_tensors=param_tensors(extra, layout) - shared,
                          weights=counts.weights + linear_weights(extra, layout) - shared,
@@ -369,6 +367,7 @@ class _Counts:
     edge_modules: int = 0
     rc_modules: int = 0
     regather_layers: int = 0         # ZeRO-3 layers gathered again in backward (not kept)
+    extra_buckets: int = 0           # gradient buckets beyond the first
 
     def add_layers(self, n: int, tensors: tuple[int, int, int], calls: int,
                    rerun: bool) -> "_Counts":
@@ -404,7 +403,8 @@ def _add_per_param_work(fwd: PassCost, bwds: tuple[PassCost, ...], params: float
                              edge_units=edge_units, boundary_share=1.0 / plan.num_microbatches,
                              modules=(counts.layer_modules + counts.edge_modules, 0),
                              regather_modules=round(counts.layer_modules * counts.regather_layers
-                                                    / max(layers, 1)), weights=counts.weights)
+                                                    / max(layers, 1)), weights=counts.weights,
+                             extra_buckets=counts.extra_buckets)
     # module code that full recompute runs again (no other unit counted) precedes the
     # input-gradient pass: B's
     hrf, hr = mechanisms_host(plan.host_mechanisms, 0, 0, prof, 0, plan.host_mode,

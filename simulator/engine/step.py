@@ -110,16 +110,8 @@ def grad_check_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
 
 
 def grad_buffer_buckets(ch: ChunkWork, plan: Plan) -> int:
-    """Buckets of one chunk's gradient buffer: one unless the reduction overlaps the
-    backward; under ``Plan.dp_bucket_first_chunk_only`` (Megatron-Core's DDP) also one on
-    every pipeline stage but the first and for every model chunk but the first
-    (distributed_data_parallel.py core_r0.8.0 L66-74; training.py core_v0.15.0 L988-1000:
-    bucket_size None without overlap_grad_reduce, disable_bucketing for model_chunk_idx > 0)."""
-    if not plan.dp_overlap:
-        return 1
-    if plan.dp_bucket_first_chunk_only and (ch.stage > 0 or ch.chunk > 0):
-        return 1
-    return max(1, math.ceil(ch.params / plan.bucket_params()))
+    """Buckets of chunk ``ch``'s gradient buffer (``Plan.gradient_buckets``)."""
+    return plan.gradient_buckets(ch.params, ch.stage, ch.chunk)
 
 
 # Engine links a stage's communication tasks occupy: a task sits on the one its collective

@@ -119,6 +119,11 @@ class HostMechanism:
     fusion); ``only_with_dp_overlap``: the mechanism exists only where the gradient
     reduction overlaps the backward (Megatron-Core's parameter-gather hooks come with
     ``--overlap-param-gather``, set with ``--overlap-grad-reduce``);
+    ``bucket_fwd_eager_ops`` / ``bucket_bwd_eager_ops``: once per step, per gradient bucket
+    of the chunk beyond its first, in the step's first forward / last backward (Megatron-
+    Core's forward pre-hooks dispatching each bucket's parameter all-gather, its gradient
+    hooks each bucket's reduction), charged as a 1/micro-batches share of it per pass like
+    the ``*_accumulating`` boundary extras;
     ``only_with_pp``: the mechanism exists only under pipeline parallelism (DeepSpeed's
     ``PipelineEngine``; without it Megatron-DeepSpeed and DeepSpeed run the plain engine);
     ``only_without_pp``: only without it (torchtitan copies each accumulated micro-batch
@@ -201,6 +206,8 @@ class HostMechanism:
     optimizer_model_tensor_eager_ops: float = 0.0
     nonweight_tensor_bwd_eager_ops: float = 0.0
     only_with_dp_overlap: bool = False
+    bucket_fwd_eager_ops: float = 0.0
+    bucket_bwd_eager_ops: float = 0.0
     only_with_pp: bool = False
     only_without_pp: bool = False
     sync_load_edge_stages: bool = False

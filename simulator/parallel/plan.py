@@ -234,6 +234,18 @@ class Plan:
             return max(1, self.dp_bucket_bytes // self.grad_bytes)
         return max(40_000_000, 1_000_000 * self.dp * self.cp)
 
+    def gradient_buckets(self, params: float, stage: int, chunk: int) -> int:
+        """Buckets of one model chunk's gradient buffer (``params`` parameters, on pipeline
+        ``stage``, model ``chunk``): one unless the reduction overlaps the backward; under
+        ``dp_bucket_first_chunk_only`` (Megatron-Core's DDP) also one on every pipeline
+        stage but the first and for every model chunk but the first
+        (distributed_data_parallel.py core_r0.8.0 L66-74; training.py core_v0.15.0
+        L988-1000: bucket_size None without overlap_grad_reduce, disable_bucketing for
+        model_chunk_idx > 0)."""
+        if not self.dp_overlap or (self.dp_bucket_first_chunk_only and (stage or chunk)):
+            return 1
+        return max(1, math.ceil(params / self.bucket_params()))
+
 
 def validate(plan: Plan, model: TransformerSpec, cluster: ClusterSpec) -> None:
     """Raise ``InvalidInputError`` naming the first field that does not fit."""

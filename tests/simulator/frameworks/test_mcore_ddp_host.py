@@ -202,3 +202,33 @@ def test_a_host_bound_step_slows_and_a_large_one_does_not():
             assert a.breakdown.optimizer_s > b.breakdown.optimizer_s
         else:
             assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-3)
+
+
+def test_each_extra_bucket_is_dispatched_once_per_step(host_mechanism_rows):
+    """Since stop 39: the last backward's reduce-scatter dispatch and the first forward's
+    all-gather dispatch per gradient bucket beyond a chunk's first (the cited rows'
+    medians), charged as a 1/micro-batches share of every pass; a chunk's buckets are
+    Plan.gradient_buckets (the engine's count)."""
+    rows = host_mechanism_rows
+    r, g = HOST.mechanisms[READY], HOST.mechanisms["mcore_param_gather_hooks"]
+    assert r.bucket_bwd_eager_ops == pytest.approx(_cited(
+        rows, r.why, DDP, "last micro-batch, bwd, extra over steady, per extra bucket"), abs=1e-3)
+    assert g.bucket_fwd_eager_ops == pytest.approx(_cited(
+        rows, g.why, DDP, "first micro-batch, fwd, extra over steady, per extra bucket"), abs=1e-3)
+    prof = hardware_db.load_profile("h100-sxm")
+    us = prof.host.op_fwd_us.value * 1e-6
+    names = (READY, "mcore_param_gather_hooks")
+    f0, b0 = mechanisms_host(names, 2, 16, prof, boundary_share=0.25)
+    f5, b5 = mechanisms_host(names, 2, 16, prof, boundary_share=0.25, extra_buckets=5)
+    assert f5.seconds - f0.seconds == pytest.approx(5 * 0.25 * g.bucket_fwd_eager_ops * us)
+    assert b5.seconds - b0.seconds == pytest.approx(5 * 0.25 * r.bucket_bwd_eager_ops * us)
+    m, plan, cl, prof = _setup(model="llama3-8b")
+    ch = build_chunks(m, plan, cl, prof, place_groups(cl, plan))[0][0]
+    assert grad_buffer_buckets(ch, plan) == plan.gradient_buckets(ch.params, 0, 0) > 100
+    assert dataclasses.replace(plan, dp_overlap=False).gradient_buckets(ch.params, 0, 0) == 1
+    assert plan.gradient_buckets(ch.params, 1, 0) == 1          # Megatron-Core: first stage only
+    # in the step: a host-bound GPT-2 on 8 H100 (4 buckets) pays 3 extra buckets each way
+    m, plan, cl, prof = _setup()
+    bare = dataclasses.replace(plan, dp_bucket_bytes=10**12)    # one bucket
+    a, b = simulate(m, plan, cl, prof), simulate(m, bare, cl, prof)
+    assert a.step_time_s > b.step_time_s
