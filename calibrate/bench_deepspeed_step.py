@@ -21,9 +21,17 @@ around the kernel is the GPU's). A timed round (``engine_phases``): forward and 
 boundary's reduction into the partition; not timed), the step in its pieces (``PIECES``: the
 calls of ``DeepSpeedZeroOptimizer.step`` 3013-3170 and ``engine._take_model_step`` 3505-3565
 in their order), forward and backward again, ``engine.step()`` whole. The bare fp32 model
-with the same torch AdamW: ``clip_grad_norm_``, ``step``, ``zero_grad``. Every phase on the
-thread's CPU clock, setups interleaved with the host probe (``bench_mcore_ddp.time_phases``),
-re-timed while noisy (``bench_hf_host.noise``).
+with the same torch AdamW: ``clip_grad_norm_``, ``step``, ``zero_grad`` (a check against
+``bench_optimizer_host``'s ``optimizer_step_fused``). Every phase on the thread's CPU clock
+(``bench_mcore_ddp.time_phases``), re-timed while noisy (``bench_hf_host.noise``).
+
+Warm protocol (the rows' metrics start with ``LABEL``): in every trial each setup in turn
+runs ``WARM`` untimed rounds and then ``REPEATS`` timed ones back to back, so every timed
+piece follows that same engine's own forward, backward and earlier pieces (and its previous
+step), as in a training loop; the host probe's decoders are setups like the others, timed the
+same way in the same trials (as ``bench_optimizer_host`` times each case in a run of calls of
+its own, interleaved trial by trial with the probe). The earlier rows (no ``LABEL``) timed
+one round per setup after 72 other setups' rounds: caches colder than a training loop's.
 
 Fits (``fit``): each phase's least squares over the sizes, fixed + per tensor + per element:
 the tensors the phase loops over (``UNIT``: the model's, or the rank's partition's: those
@@ -59,15 +67,19 @@ BLOCKS = (False, True)                   # build_model(split=...): 6 / 9 tensors
 CHECK_SIZE = (LAYERS[-1], True, HIDDENS[0])   # the largest setup: pieces summed vs whole
 CLIP = 1.0
 FP16_SCALE_POWER = 12                    # no overflow in the probe's fp16 gradients
-TRIALS, REPEATS = 30, 2
+TRIALS, REPEATS, WARM = 30, 2, 1
+LABEL = "warm: "                         # every row's metric: the warm protocol's
 WAIT_S = 300.0                           # of pauses while re-measuring on a busy host
 KINDS = {"z1_bf16": (1, "bf16", "torch"), "z2_bf16": (2, "bf16", "torch"),
          "z1_fp16": (1, "fp16", "torch"), "z2_fp16": (2, "fp16", "torch"),
          "z1_bf16_ds": (1, "bf16", "fusedadam")}
+RUN = ("z1_bf16", "z2_bf16")              # bench_framework's run; the rest: measure(kinds=...)
 OPTIMIZERS = {"torch": "torch AdamW(fused=True)", "fusedadam": "DeepSpeed FusedAdam"}
-# the step's pieces, with the tensors each loops over (None: no per-tensor loop)
-UNIT = {"overflow": "local", "grad_norm": "local", "scale": None, "flatten": "local",
-        "free_grads": "model", "unscale_clip": None, "inner_step": None, "copy_back": None,
+# the step's pieces, with the tensors each loops over (None: no per-tensor loop): flatten frees
+# params_not_in_partition's gradients and flattens those of params_in_partition (together
+# the model's on rank 0), free_grads frees params_in_partition's (stage_1_and_2.py 3103-3128)
+UNIT = {"overflow": "local", "grad_norm": "local", "scale": None, "flatten": "model",
+        "free_grads": "local", "unscale_clip": None, "inner_step": None, "copy_back": None,
         "all_gather": None, "bit16_views": "model", "zero_grad": "model", "glue": None}
 PIECES = tuple(UNIT)
 BARE = {"clip": "model", "opt_step": "model", "opt_zero_grad": "model"}
@@ -239,7 +251,7 @@ def bare_phases(layers: int, split: bool, hidden: int) -> tuple[list, dict]:
 
 def counts(eng) -> dict:
     """The engine's optimizer classes, its parameter tensors (``model``), those of this
-    rank's partition (``local``: the step's norm, overflow and flatten loops), the elements
+    rank's partition (``local``: the step's norm, overflow and free_grads loops), the elements
     of this rank's fp32 partition and of the model."""
     o = eng.optimizer
     return {"model": sum(len(g) for g in o.bit16_groups),
@@ -280,7 +292,7 @@ def _time_quiet(built: dict, trials: int, repeats: int) -> tuple[dict, list]:
 
     def attempt():
         meter = ForeignLoadMeter().start()
-        t, pressure = time_phases(built, trials, repeats)
+        t, pressure = time_phases(built, trials, repeats, WARM)
         res = {"t": t, "op": probe_op(t), "pressure": pressure,
                "foreign": meter.foreign(meter.stop()[0])}
         return res, noise(pressure, res["foreign"], res["op"]["fwd"], usual)
@@ -301,7 +313,7 @@ def host_syncs(built: dict, kind: str, size: tuple) -> dict[str, dict[str, int]]
     return out
 
 
-def measure(kinds=tuple(KINDS), trials: int = TRIALS, repeats: int = REPEATS) -> dict | None:
+def measure(kinds=RUN, trials: int = TRIALS, repeats: int = REPEATS) -> dict | None:
     """One run: timings (us per phase per setup), ``counts``, the probe's us per op, noise,
     and ``host_syncs`` per kind; None, with a message on stderr, without DeepSpeed."""
     why = available()
@@ -394,11 +406,13 @@ def _size_text(size: tuple) -> str:
 
 
 def bare_values(t: dict, c: dict) -> list[tuple[str, float]]:
-    """(metric, us) rows of the bare fp32 model's ``BARE`` phases: fixed, per tensor, per
-    1000 elements."""
+    """(metric, us) rows of the bare fp32 model's ``BARE`` phases and of its step and
+    zero_grad together: fixed, per tensor, per 1000 elements."""
     f = phase_fits(t, c, "bare", BARE)
+    f["opt_both"] = tuple(x + y for x, y in zip(f["opt_step"], f["opt_zero_grad"]))
     names = {"clip": "clip_grad_norm_(1.0)", "opt_step": "torch AdamW(fused=True).step()",
-             "opt_zero_grad": "zero_grad(set_to_none=True)"}
+             "opt_zero_grad": "zero_grad(set_to_none=True)",
+             "opt_both": "torch AdamW(fused=True).step() + zero_grad(set_to_none=True)"}
     return [row for p, (a, b, e) in f.items() for row in (
         (f"bare fp32 {names[p]}, per step, fixed", a),
         (f"bare fp32 {names[p]}, per parameter tensor", b),
@@ -444,11 +458,14 @@ def _method(m: dict, kind: str | None) -> str:
             f"cpu, fake pg x2 rank 0, contiguous_gradients, overlap_comm off, gradient_clipping "
             f"{CLIP}, steps_per_print inf, fp16 initial_scale_power {FP16_SCALE_POWER}) on the "
             f"probe decoder at {LAYERS} layers x blocks of 6 / 9 tensors x hidden {HIDDENS} (at "
-            f"{_size_text(CHECK_SIZE)}: {held}); a round: fwd, bwd at the "
+            f"{_size_text(CHECK_SIZE)}: {held}); warm protocol: per trial each setup in "
+            f"turn, {WARM} untimed round(s) then {m['repeats']} timed, back to back (every piece "
+            "after the same engine's own fwd, bwd and earlier pieces); a round: fwd, bwd at the "
             "boundary, the step in pieces (stage_1_and_2.py step 3013-3170, engine.py "
             "_take_model_step 3505-3565), fwd, bwd, engine.step() whole; bare: fp32 model, "
-            "clip_grad_norm_, AdamW(fused).step, zero_grad; thread CPU time interleaved with "
-            f"the host probe (p10 of {m['trials']} trials x {m['repeats']}; bwd op "
+            "clip_grad_norm_, AdamW(fused).step, zero_grad; thread CPU time, the host probe's "
+            f"decoders timed alike in the same trials (p10 of {m['trials']} trials of the mean "
+            f"of {m['repeats']} rounds; bwd op "
             f"{m['op']['bwd']:.2f} us; CPU pressure {m['pressure']:.2f}, foreign load "
             f"{m['foreign']:.2f}, attempts {len(m['attempts'])}); least squares fixed + per "
             "tensor of the piece's loop (model / local) + per 1000 fp32 partition elements "
@@ -458,15 +475,17 @@ def _method(m: dict, kind: str | None) -> str:
 
 def rows_of(m: dict, base: dict) -> list[dict]:
     """CSV rows (``bench_framework.COLUMNS``) in the run's own probe units: the bare
-    optimizer's, then each kind's (metric prefixed with its ``TAGS``)."""
+    optimizer's, then each kind's (metric prefixed with its ``TAGS``); every metric begins
+    with ``LABEL`` (the warm protocol)."""
     from .bench_dp import _mechanism_rows
     op = m["op"]["fwd"]
     b = {**base, "op_fwd_us_same_run": round(op, 2)}
     t, c = m["t"], m["counts"]
-    out = _mechanism_rows(b, op, MECHANISM, _method(m, None), bare_values(t, c))
+    out = _mechanism_rows(b, op, MECHANISM, _method(m, None),
+                          [(LABEL + k, v) for k, v in bare_values(t, c)])
     for kind in m["kinds"]:
-        out += _mechanism_rows(b, op, MECHANISM, _method(m, kind),
-                               [(f"{TAGS[kind]}, {k}", v) for k, v in step_values(t, c, kind)])
+        out += _mechanism_rows(b, op, MECHANISM, _method(m, kind), [
+            (f"{LABEL}{TAGS[kind]}, {k}", v) for k, v in step_values(t, c, kind)])
     return out
 
 

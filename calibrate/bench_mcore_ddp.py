@@ -326,14 +326,16 @@ def _probe_phases(layers: int) -> list[tuple[str, object]]:
 
 
 # ---- timing ----------------------------------------------------------------------------------
-def time_phases(setups: dict, trials: int = TRIALS, repeats: int = REPEATS
+def time_phases(setups: dict, trials: int = TRIALS, repeats: int = REPEATS, warm: int = 0
                 ) -> tuple[dict, float]:
     """{setup: {phase: us}}: each setup's phases run in order, ``repeats`` times per trial,
     every timed phase on the calling thread's CPU clock (``time.thread_time``); setups
     interleaved trial by trial so that other load hits them alike; per phase the 10th
     percentile over trials of the per-trial mean over its runs (as ``bench_dp._low_us``).
     Also the CPU pressure of the run. Three untimed warm-up rounds first (the first step
-    records the buckets' gradient-ready counts, ``_ParamAndGradBucketGroup.reset``)."""
+    records the buckets' gradient-ready counts, ``_ParamAndGradBucketGroup.reset``);
+    ``warm``: untimed rounds of the setup before its timed ones in every trial, so that each
+    timed phase follows the same setup's own work, not another setup's."""
     from .store import PressureMeter, stats_of
     for phases in setups.values():
         for _ in range(3):
@@ -344,11 +346,11 @@ def time_phases(setups: dict, trials: int = TRIALS, repeats: int = REPEATS
     for _ in range(trials):
         for key, phases in setups.items():
             acc, runs = dict.fromkeys(samples[key], 0.0), dict.fromkeys(samples[key], 0)
-            for _ in range(repeats):
+            for r in range(warm + repeats):
                 for name, fn in phases:
                     t0 = time.thread_time()
                     fn()
-                    if name in acc:
+                    if name in acc and r >= warm:
                         acc[name] += time.thread_time() - t0
                         runs[name] += 1
             for name, s in acc.items():

@@ -69,6 +69,31 @@ def test_step_values_whole_over_bare_and_pieces_summed():
         v[f"check: pieces summed at {size}"] + 5.0)
     bare = dict(st.bare_values(t, c))
     assert bare["bare fp32 clip_grad_norm_(1.0), per parameter tensor"] == pytest.approx(0.5)
+    both = "bare fp32 torch AdamW(fused=True).step() + zero_grad(set_to_none=True)"
+    assert bare[f"{both}, per step, fixed"] == pytest.approx(23.0)
+    assert bare[f"{both}, per parameter tensor"] == pytest.approx(1.1)
+
+
+def test_each_piece_is_fitted_per_tensor_of_what_its_loop_walks():
+    """stage_1_and_2.py 0.19.8: flatten frees params_not_in_partition's gradients and
+    flattens params_in_partition's (the model's on rank 0); free_grads frees
+    params_in_partition's; the norm and overflow walk the partition's gradients."""
+    assert st.UNIT["flatten"] == "model" and st.UNIT["free_grads"] == "local"
+    assert st.UNIT["grad_norm"] == st.UNIT["overflow"] == "local"
+    assert st.UNIT["zero_grad"] == st.UNIT["bit16_views"] == "model"
+
+
+def test_warm_rounds_are_untimed_and_follow_the_same_setup():
+    """``time_phases(warm=1)``: per trial each setup runs its untimed round and then its
+    timed ones back to back; only the timed rounds' calls are measured."""
+    from calibrate.bench_mcore_ddp import time_phases
+    log = []
+    built = {k: [(f"_{k}", lambda k=k: log.append(k)), ("p", lambda k=k: log.append(k))]
+             for k in ("a", "b")}
+    t, _ = time_phases(built, trials=2, repeats=2, warm=1)
+    assert set(t) == {"a", "b"} and set(t["a"]) == {"p"}
+    per_trial = ["a"] * 6 + ["b"] * 6
+    assert log == ["a"] * 6 + ["b"] * 6 + per_trial * 2      # 3 warm-ups, then 2 trials
 
 
 def test_unfit_runs_are_refused():
@@ -163,7 +188,12 @@ def test_a_short_run_gives_positive_per_tensor_costs(fake_pg, monkeypatch):
     rows = st.rows_of(m, {"host": "h", "torch": "t", "date": "d"})
     op = m["op"]["fwd"]
     got = {r["metric"]: r for r in rows}
-    key = f"{st.TAGS['z1_bf16']}, engine.step() at the boundary, per model parameter tensor"
+    assert all(k.startswith(st.LABEL) for k in got) and st.LABEL == "warm: "
+    both = "bare fp32 torch AdamW(fused=True).step() + zero_grad(set_to_none=True)"
+    assert got[f"{st.LABEL}{both}, per parameter tensor"]["value_us"] > 0
+    assert "warm protocol" in got[f"{st.LABEL}{both}, per step, fixed"]["method"]
+    key = (f"{st.LABEL}{st.TAGS['z1_bf16']}, engine.step() at the boundary, per model "
+           "parameter tensor")
     assert got[key]["value_us"] == pytest.approx(
         v["engine.step() at the boundary, per model parameter tensor"], abs=0.01)
     assert got[key]["eager_ops"] == pytest.approx(got[key]["value_us"] / op, abs=0.01)
