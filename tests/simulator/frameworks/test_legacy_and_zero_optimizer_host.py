@@ -110,23 +110,24 @@ def test_legacy_dist_optimizer_splits_local_and_model_tensors(host_mechanism_row
 
 
 def test_zero_optimizer_coefficients_follow_the_cited_medians(host_mechanism_rows):
+    """The warm protocol's rows (each piece after the same engine's own backward), ZeRO-1
+    bf16's pieces summed; ZeRO-2's within 5 %; the first protocol's colder rows differ."""
     rows, z = host_mechanism_rows, HOST.mechanisms[ZERO]
-    pieces = "ZeRO-1 bf16, torch AdamW(fused=True), pieces summed, "
-    assert z.optimizer_fixed_eager_ops == pytest.approx(
-        _median(rows, z.why, ZERO, pieces + "per step, fixed"), abs=1e-3)
-    assert z.optimizer_tensor_eager_ops == pytest.approx(_median(
-        rows, z.why, ZERO, pieces + "per local parameter tensor (this rank's partition)"), abs=1e-3)
-    assert z.optimizer_model_tensor_eager_ops == pytest.approx(
-        _median(rows, z.why, ZERO, pieces + "per model parameter tensor"), abs=1e-3)
-    # one set for both stages: ZeRO-2's own sum is within 10 % of each part
-    for part, value in (("per step, fixed", z.optimizer_fixed_eager_ops),
-                        ("per local parameter tensor (this rank's partition)",
-                         z.optimizer_tensor_eager_ops),
-                        ("per model parameter tensor", z.optimizer_model_tensor_eager_ops)):
-        two = _median(rows, z.why, ZERO, "ZeRO-2 bf16, torch AdamW(fused=True), pieces summed, "
-                      + part)
-        assert two == pytest.approx(value, rel=0.1), part
-    assert z.zero_stages == (1, 2) and z.optimizer_local_shards
+    pieces = "warm: ZeRO-1 bf16, torch AdamW(fused=True), pieces summed, "
+    parts = (("per step, fixed", z.optimizer_fixed_eager_ops),
+             ("per local parameter tensor (this rank's partition)", z.optimizer_tensor_eager_ops),
+             ("per model parameter tensor", z.optimizer_model_tensor_eager_ops))
+    for part, value in parts:
+        assert value == pytest.approx(_median(rows, z.why, ZERO, pieces + part), abs=1e-3), part
+        two = _median(rows, z.why, ZERO, pieces.replace("ZeRO-1", "ZeRO-2") + part)
+        assert two == pytest.approx(value, rel=0.05), part
+    whole = "warm: ZeRO-1 bf16, torch AdamW(fused=True), engine.step() at the boundary, "
+    assert _median(rows, z.why, ZERO, whole + "per step, fixed") == pytest.approx(
+        z.optimizer_fixed_eager_ops, rel=0.05)
+    cold = "ZeRO-1 bf16, torch AdamW(fused=True), pieces summed, per step, fixed"
+    assert statistics.median(float(r["eager_ops"]) for r in rows.values()
+                             if r["metric"] == cold) > 1.1 * z.optimizer_fixed_eager_ops
+    assert z.zero_stages == (1, 2) and z.optimizer_local_shards and z.only_without_pp
 
 
 def _plan(framework, zero, gpus=8, **kw):
