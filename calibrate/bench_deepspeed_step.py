@@ -281,9 +281,11 @@ def setups(kinds=tuple(KINDS)) -> tuple[dict, dict]:
 
 
 # ---- measuring -------------------------------------------------------------------------------
-def _time_quiet(built: dict, trials: int, repeats: int) -> tuple[dict, list]:
-    """``bench_mcore_ddp.time_phases`` of ``built``, re-timed after a backoff pause while
-    noisy (``bench_hf_host.noise``) within ``WAIT_S``: (timings, each attempt's noise)."""
+def _time_quiet(built: dict, trials: int, repeats: int, warm: int = WARM,
+                label: str = MECHANISM) -> tuple[dict, list]:
+    """``bench_mcore_ddp.time_phases`` of ``built`` (``warm`` untimed rounds per setup and
+    trial), re-timed after a backoff pause while noisy (``bench_hf_host.noise``) within
+    ``WAIT_S``: (timings, each attempt's noise); ``label`` names the bench in messages."""
     from .bench import until_quiet
     from .bench_hf_host import _host_name, _recorded_probe_us, noise
     from .bench_mcore_ddp import probe_op, time_phases
@@ -292,11 +294,11 @@ def _time_quiet(built: dict, trials: int, repeats: int) -> tuple[dict, list]:
 
     def attempt():
         meter = ForeignLoadMeter().start()
-        t, pressure = time_phases(built, trials, repeats, WARM)
+        t, pressure = time_phases(built, trials, repeats, warm)
         res = {"t": t, "op": probe_op(t), "pressure": pressure,
                "foreign": meter.foreign(meter.stop()[0])}
         return res, noise(pressure, res["foreign"], res["op"]["fwd"], usual)
-    return until_quiet(attempt, WAIT_S, f"{MECHANISM}: ")
+    return until_quiet(attempt, WAIT_S, f"{label}: ")
 
 
 def host_syncs(built: dict, kind: str, size: tuple) -> dict[str, dict[str, int]]:

@@ -61,6 +61,9 @@ torch's AdamW reads ``.item()`` only from CPU step counters (no sync); fused Ada
 clip_grad_norm_ (error_if_nonfinite False) read none; torchtitan reads ``grad_norm.item()``
 only on logging steps.
 
+Warm mode: ``calibrate.bench_optimizer_warm`` times the same steps and clips right after the
+same model's own forward and backward (rows labelled ``warm: ``).
+
 The run is refused for writing when the host was busy (CPU pressure over
 ``bench.PRESSURE_SUSPECT`` after re-measuring with backoff) or a per-tensor cost came out
 not positive.
@@ -485,16 +488,17 @@ def metric_values(c: dict) -> list[tuple[str, str, float]]:
                   (COMPOSER, "per step, fixed, clip_grad_norm_", c["composer_clip"][0])]
 
 
-def rows(m: dict) -> list[dict]:
-    """The CSV rows of one run (``COLUMNS``)."""
+def rows(m: dict, how: dict | None = None, label: str = "", extra=()) -> list[dict]:
+    """The CSV rows of one run (``COLUMNS``): ``metric_values`` and ``extra`` ((mechanism,
+    metric, us)), metrics prefixed with ``label``, methods ``how`` (default ``_methods``)."""
     import torch
     op = m["op_fwd_us"]
     base = {"op_fwd_us_same_run": round(op, 2), "torch": torch.__version__,
             "host": f"{_cpu_model()} ({torch.get_num_threads()} thread)",
             "date": dt.date.today().isoformat()}
-    how = _methods(m)
-    return [r for mech, metric, us in metric_values(costs(m))
-            for r in _mechanism_rows(base, op, mech, how[mech], [(metric, us)])]
+    how = how or _methods(m)
+    return [r for mech, metric, us in [*metric_values(costs(m)), *extra]
+            for r in _mechanism_rows(base, op, mech, how[mech], [(label + metric, us)])]
 
 
 def print_table(m: dict, out=sys.stdout) -> None:
@@ -536,18 +540,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     m = measure(args.trials)
     print_table(m)
-    new = rows(m)
+    return emit(rows(m), problems(m), args.write, args.out)
+
+
+def emit(new: list[dict], bad: list[str], write: bool, out: str) -> int:
+    """Print the rows ``new``; append them to the CSV ``out`` if ``write`` and the run has
+    no ``bad`` (why not fit); the exit status (2: refused for writing)."""
     w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows(new)
-    bad = problems(m)
     if bad:
-        print(f"rows {'NOT written' if args.write else 'not fit to write'}: " + "; ".join(bad),
+        print(f"rows {'NOT written' if write else 'not fit to write'}: " + "; ".join(bad),
               file=sys.stderr)
-        return 2 if args.write else 0
-    if args.write:
-        first, last = _append(Path(args.out), new)
-        print(f"appended {len(new)} rows to {args.out}: lines {first}-{last}", file=sys.stderr)
+        return 2 if write else 0
+    if write:
+        first, last = _append(Path(out), new)
+        print(f"appended {len(new)} rows to {out}: lines {first}-{last}", file=sys.stderr)
     return 0
 
 

@@ -80,3 +80,63 @@ def test_decoupled_adamw_updates_as_its_formula():
     for p, q, s in zip(mine, ref, start):
         assert not torch.equal(p.detach(), s)
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+# ---- the warm protocol (calibrate.bench_optimizer_warm) -----------------------------------
+def _warm_run(ns=(2, 4)) -> tuple[dict, dict]:
+    """A one-trial warm timing of every case at ``ns`` (no noise checks), in ``measure``'s
+    shape; and the setups."""
+    from calibrate import bench_optimizer_warm as w
+    from calibrate.bench_mcore_ddp import probe_op, time_phases
+    built = w.setups(ns)
+    t, pressure = time_phases(built, trials=1, repeats=1, warm=w.WARM)
+    m = {"us": {(ph, k[1]): v for k, phases in t.items() if k[0] != "probe"
+                for ph, v in phases.items()},
+         "ns": ns, "op_fwd_us": probe_op(t)["fwd"], "op": probe_op(t), "pressure": pressure,
+         "foreign": 0.0, "attempts": [""], "counts": {}, "trials": 1, "repeats": 1}
+    return m, built
+
+
+def test_warm_rows_have_a_counterpart_of_every_tight_loop_coefficient():
+    from calibrate import bench_optimizer_warm as w
+    m, built = _warm_run()
+    for key, phases in built.items():             # fwd and bwd untimed, first; then the pieces
+        case = key[0]
+        if case != "probe":
+            assert [p for p, _ in phases][:2] == ["_fwd", "_bwd"]
+            assert [p.split("_", 1)[0] for p, _ in phases][2:] == [case.split("_")[0]] * 3
+    c = b.costs(m)
+    rows = b.rows(m, w.methods(m), w.LABEL, w.extra_values(c))
+    labels = [(r["mechanism"], r["metric"]) for r in rows]
+    assert all(metric.startswith("warm: ") for _, metric in labels)
+    assert len(set(labels)) == len(labels)
+    tight = {(mech, w.LABEL + metric) for mech, metric, _ in b.metric_values(c)}
+    assert tight <= set(labels)                   # every existing coefficient, warm
+    assert {r["method"].endswith("calibrate.bench_optimizer_warm") for r in rows} == {True}
+    for r in rows:
+        assert float(r["eager_ops"]) == pytest.approx(float(r["value_us"]) / m["op_fwd_us"],
+                                                      abs=2e-3, rel=1e-2)
+
+
+def test_warm_rounds_leave_gradients_as_a_training_loop_does():
+    """A round: backward makes the gradients, clip and step see them, zero_grad drops them
+    (set_to_none); under the replays it zeroes them in place (the recorded calls hold them)."""
+    from calibrate import bench_optimizer_warm as w
+    for slow in (False, True):
+        fwd, ps = w.plain_model(3)
+        assert len(ps) == 3 and tuple(ps[0].shape) == b.LOCAL
+        seen = []
+        rnd = w._round(fwd, ps, lambda: seen.append("step"),
+                       lambda: seen.append(all(p.grad is not None for p in ps)), slow)
+        for _ in range(2):
+            for _, fn in rnd:
+                fn()
+        assert seen == [True, "step"] * 2
+        assert all((p.grad is not None) == slow for p in ps)
+        if slow:
+            assert all(not p.grad.any() for p in ps)
+    dt = w.case_phases("dtensor", 2)
+    assert [p for p, _ in dt] == ["_fwd", "_bwd", "dtensor_clip", "dtensor_step",
+                                  "dtensor_zero_grad"]
+    slow = [p for p, _ in w.case_phases("fused_slow", 2)]
+    assert slow[2:] == ["fused_clip_slow", "fused_step_slow", "fused_zero_grad_slow"]
