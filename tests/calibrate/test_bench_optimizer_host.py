@@ -83,6 +83,19 @@ def test_decoupled_adamw_updates_as_its_formula():
 
 
 # ---- the warm protocol (calibrate.bench_optimizer_warm) -----------------------------------
+@pytest.fixture(scope="module")
+def own_pg():
+    """The warm cases' fake process group (FSDP2's mesh; ``bench_dp._init_fake_pg``, once
+    per process) torn down after this module's tests when they brought it up, so later
+    tests that start their own group still can (not between them: the bench keeps the mesh
+    it built on it)."""
+    import torch.distributed as dist
+    before = dist.is_initialized()
+    yield
+    if not before and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _warm_run(ns=(2, 4)) -> tuple[dict, dict]:
     """A one-trial warm timing of every case at ``ns`` (no noise checks), in ``measure``'s
     shape; and the setups."""
@@ -97,7 +110,7 @@ def _warm_run(ns=(2, 4)) -> tuple[dict, dict]:
     return m, built
 
 
-def test_warm_rows_have_a_counterpart_of_every_tight_loop_coefficient():
+def test_warm_rows_have_a_counterpart_of_every_tight_loop_coefficient(own_pg):
     from calibrate import bench_optimizer_warm as w
     m, built = _warm_run()
     for key, phases in built.items():             # fwd and bwd untimed, first; then the pieces
@@ -118,7 +131,7 @@ def test_warm_rows_have_a_counterpart_of_every_tight_loop_coefficient():
                                                       abs=2e-3, rel=1e-2)
 
 
-def test_warm_rounds_leave_gradients_as_a_training_loop_does():
+def test_warm_rounds_leave_gradients_as_a_training_loop_does(own_pg):
     """A round: backward makes the gradients, clip and step see them, zero_grad drops them
     (set_to_none); under the replays it zeroes them in place (the recorded calls hold them)."""
     from calibrate import bench_optimizer_warm as w
