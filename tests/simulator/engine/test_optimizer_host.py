@@ -3,8 +3,9 @@
 ``optimizer_dtensor_fused`` (what DTensors add), ``optimizer_decoupled_adamw``;
 ``cost.host.optimizer_host``;
 ``engine.step.optimizer_time_s``): each coefficient is the sum of the medians of the CPU
-rows its source cites (``calibrate.bench_optimizer_host``), the count of tensors follows the
-optimizer's parameters (FSDP1's flat units), and the step's optimizer phase is the longer
+rows its source cites (``calibrate.bench_optimizer_warm``: each piece timed after its own
+model's backward, as a training loop runs it; the tight loop's rows are not used), the
+count of tensors follows the optimizer's parameters (FSDP1's flat units), and the step's optimizer phase is the longer
 of the device's passes and the host's issuing, or both in series where the host reads a
 device scalar per tensor. Needs neither torch nor a GPU."""
 from __future__ import annotations
@@ -26,26 +27,29 @@ from simulator.workload import get_preset
 
 STEP, FUSED, DT, DEC = ("optimizer_step_foreach", "optimizer_step_fused",
                         "optimizer_step_fsdp2_dtensor", "optimizer_step_decoupled_adamw")
-CLIP_FIXED = (STEP, "per step, fixed, clip_grad_norm_")
-CLIP_TENSOR = (STEP, "per parameter tensor, clip_grad_norm_, CUDA estimate "
-                     "(CPU slow path removed)")
-CUDA = "per parameter tensor, step, CUDA estimate (CPU slow path removed)"
+W = "warm: "    # the warm protocol's rows (calibrate.bench_optimizer_warm): after a backward
+CLIP_FIXED = (STEP, W + "per step, fixed, clip_grad_norm_")
+CLIP_TENSOR = (STEP, W + "per parameter tensor, clip_grad_norm_, CUDA estimate "
+                         "(CPU slow path removed)")
+CUDA = W + "per parameter tensor, step, CUDA estimate (CPU slow path removed)"
 # mechanism: (rows summed into the fixed cost, rows summed into the per-tensor cost)
 PARTS = {
-    "optimizer_foreach": ([(STEP, "per step, fixed"), CLIP_FIXED], [(STEP, CUDA), CLIP_TENSOR]),
-    "optimizer_fused": ([(FUSED, "per step, fixed"), CLIP_FIXED], [(FUSED, CUDA), CLIP_TENSOR]),
+    "optimizer_foreach": ([(STEP, W + "per step, fixed"), CLIP_FIXED],
+                          [(STEP, CUDA), CLIP_TENSOR]),
+    "optimizer_fused": ([(FUSED, W + "per step, fixed"), CLIP_FIXED],
+                        [(FUSED, CUDA), CLIP_TENSOR]),
     "optimizer_dtensor_foreach": (
-        [(DT, "per step, fixed, step, DTensor minus plain"),
-         (DT, "per step, fixed, clip_grad_norm_, DTensor minus plain")],
-        [(DT, "per parameter tensor, step, DTensor minus plain"),
-         (DT, "per parameter tensor, clip_grad_norm_, DTensor minus plain")]),
+        [(DT, W + "per step, fixed, step, DTensor minus plain"),
+         (DT, W + "per step, fixed, clip_grad_norm_, DTensor minus plain")],
+        [(DT, W + "per parameter tensor, step, DTensor minus plain"),
+         (DT, W + "per parameter tensor, clip_grad_norm_, DTensor minus plain")]),
     "optimizer_dtensor_fused": (
-        [(DT, "per step, fixed, fused step, DTensor minus plain"),
-         (DT, "per step, fixed, clip_grad_norm_, DTensor minus plain")],
-        [(DT, "per parameter tensor, fused step, DTensor minus plain"),
-         (DT, "per parameter tensor, clip_grad_norm_, DTensor minus plain")]),
-    "optimizer_decoupled_adamw": ([(DEC, "per step, fixed"), CLIP_FIXED],
-                                  [(DEC, "per parameter tensor, step"), CLIP_TENSOR]),
+        [(DT, W + "per step, fixed, fused step, DTensor minus plain"),
+         (DT, W + "per step, fixed, clip_grad_norm_, DTensor minus plain")],
+        [(DT, W + "per parameter tensor, fused step, DTensor minus plain"),
+         (DT, W + "per parameter tensor, clip_grad_norm_, DTensor minus plain")]),
+    "optimizer_decoupled_adamw": ([(DEC, W + "per step, fixed"), CLIP_FIXED],
+                                  [(DEC, W + "per parameter tensor, step"), CLIP_TENSOR]),
 }
 
 

@@ -86,9 +86,11 @@ def test_optimizer_coefficients_follow_the_cited_medians(host_mechanism_rows):
     loop = sum(_cited(rows, o.why, OPT, m) for m in (
         "zero_grad_buffer, per step, fixed", "finalize, per step, fixed",
         "no_sync_enter, per step, fixed", "no_sync_exit, per step, fixed"))
-    # optimizer_fused's step (its fixed and per-tensor CUDA estimate, without the clip)
-    step_fixed, step_tensor = 3.302, 0.129
-    assert f"{step_fixed} + {step_tensor}" in o.why
+    # optimizer_fused's step in the warm protocol (fixed and per-tensor CUDA estimate, no clip)
+    step_fixed = _cited(rows, o.why, "optimizer_step_fused", "warm: per step, fixed")
+    step_tensor = _cited(rows, o.why, "optimizer_step_fused", "warm: per parameter tensor, "
+                         "step, CUDA estimate (CPU slow path removed)")
+    assert f"{step_fixed:.3f} + {step_tensor:.3f}" in o.why
     assert fused.optimizer_fixed_eager_ops > step_fixed     # optimizer_fused adds the clip
     assert o.optimizer_fixed_eager_ops == pytest.approx(gpu_fixed + loop + step_fixed, abs=2e-3)
     assert o.optimizer_tensor_eager_ops == pytest.approx(gpu_tensor + step_tensor, abs=1e-3)
