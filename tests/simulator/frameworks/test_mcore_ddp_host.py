@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 
 import pytest
+from cited_rows import cited_median, median_of_runs
 
 import hardware_db
 from simulator.cost.host import mechanisms_host, optimizer_host
@@ -30,28 +30,15 @@ MCORE = ("mcore_ddp_hooks", READY, "mcore_param_gather_hooks", "mcore_dist_optim
 TENSORS_PER_LAYER = 8            # the bench's local-spec layer: 2 LayerNorms (w, b), 4 weights
 
 
-def _median(rows, mechanism: str, metric: str) -> tuple[float, list[int]]:
-    runs = [(line, float(r["eager_ops"])) for line, r in rows.items()
-            if r["mechanism"] == mechanism and r["metric"] == metric]
-    assert len(runs) == 3, (mechanism, metric)
-    return statistics.median(v for _, v in runs), [ln for ln, _ in runs]
-
-
-def _cited(rows, why: str, mechanism: str, metric: str) -> float:
-    v, lines = _median(rows, mechanism, metric)
-    assert f"{lines[0]}, {lines[1]}, {lines[2]}" in why, metric
-    return v
-
-
 def test_hook_coefficients_follow_the_cited_medians(host_mechanism_rows):
     rows = host_mechanism_rows
     d = HOST.mechanisms[DDP]
-    beyond = _cited(rows, d.why, DDP, "per parameter tensor, bwd hook beyond main_grad.add_")
-    add = _cited(rows, d.why, DDP, "main_grad.add_ in the bwd hook, per tensor")
-    last_layer = _cited(rows, d.why, DDP, "last micro-batch, bwd, extra over steady, per layer")
-    last_fixed = _cited(rows, d.why, DDP, "last micro-batch, bwd, extra over steady, fixed")
-    model_bwd = _cited(rows, d.why, DDP, "per model pass, bwd, steady micro-batch, fixed")
-    fused = _cited(rows, d.why, DDP,
+    beyond = cited_median(rows, d.why, DDP, "per parameter tensor, bwd hook beyond main_grad.add_")
+    add = cited_median(rows, d.why, DDP, "main_grad.add_ in the bwd hook, per tensor")
+    last_layer = cited_median(rows, d.why, DDP, "last micro-batch, bwd, extra over steady, per layer")
+    last_fixed = cited_median(rows, d.why, DDP, "last micro-batch, bwd, extra over steady, fixed")
+    model_bwd = cited_median(rows, d.why, DDP, "per model pass, bwd, steady micro-batch, fixed")
+    fused = cited_median(rows, d.why, DDP,
                    "per layer, bwd, steady micro-batch, TE grad-accumulation fusion emulated")
     assert d.param_tensor_bwd_eager_ops == pytest.approx(beyond, abs=1e-3)
     assert d.nonweight_tensor_bwd_eager_ops == pytest.approx(add, abs=1e-3)
@@ -59,7 +46,7 @@ def test_hook_coefficients_follow_the_cited_medians(host_mechanism_rows):
     r = HOST.mechanisms[READY]            # the last micro-batch's extras, with the overlap
     for metric in ("last micro-batch, bwd, extra over steady, per layer",
                    "last micro-batch, bwd, extra over steady, fixed"):
-        _cited(rows, r.why, DDP, metric)
+        cited_median(rows, r.why, DDP, metric)
     assert r.param_tensor_bwd_eager_ops == pytest.approx(last_layer / TENSORS_PER_LAYER,
                                                          abs=1e-3)
     assert r.model_bwd_eager_ops == pytest.approx(last_fixed, abs=1e-3)
@@ -68,10 +55,10 @@ def test_hook_coefficients_follow_the_cited_medians(host_mechanism_rows):
     # the split reproduces the direct measurement of a fused layer (4 weights, 4 norm tensors)
     assert 4 * beyond + 4 * (beyond + add) == pytest.approx(fused, rel=0.05)
     g = HOST.mechanisms["mcore_param_gather_hooks"]
-    per_layer = _cited(rows, g.why, DDP, "per layer, fwd, steady micro-batch (forward pre-hooks)")
+    per_layer = cited_median(rows, g.why, DDP, "per layer, fwd, steady micro-batch (forward pre-hooks)")
     assert g.layer_module_fwd_eager_ops == pytest.approx(per_layer * 16 / 17, abs=1e-3)
     assert g.model_fwd_eager_ops == pytest.approx(
-        _median(rows, DDP, "per model pass, fwd, steady micro-batch, fixed")[0], abs=1e-3)
+        median_of_runs(rows, DDP, "per model pass, fwd, steady micro-batch, fixed")[0], abs=1e-3)
     assert g.zero_stages == (1,) and g.only_with_dp_overlap
 
 
@@ -79,23 +66,23 @@ def test_optimizer_coefficients_follow_the_cited_medians(host_mechanism_rows):
     rows = host_mechanism_rows
     o = HOST.mechanisms[OPT]
     fused = HOST.mechanisms["optimizer_fused"]
-    gpu_fixed = _cited(rows, o.why, OPT,
+    gpu_fixed = cited_median(rows, o.why, OPT,
                        "GPU-path sum (no inner step, one-call norm), per step, fixed")
-    gpu_tensor = _cited(rows, o.why, OPT,
+    gpu_tensor = cited_median(rows, o.why, OPT,
                         "GPU-path sum (no inner step, one-call norm), per local parameter tensor")
-    loop = sum(_cited(rows, o.why, OPT, m) for m in (
+    loop = sum(cited_median(rows, o.why, OPT, m) for m in (
         "zero_grad_buffer, per step, fixed", "finalize, per step, fixed",
         "no_sync_enter, per step, fixed", "no_sync_exit, per step, fixed"))
     # optimizer_fused's step in the warm protocol (fixed and per-tensor CUDA estimate, no clip)
-    step_fixed = _cited(rows, o.why, "optimizer_step_fused", "warm: per step, fixed")
-    step_tensor = _cited(rows, o.why, "optimizer_step_fused", "warm: per parameter tensor, "
+    step_fixed = cited_median(rows, o.why, "optimizer_step_fused", "warm: per step, fixed")
+    step_tensor = cited_median(rows, o.why, "optimizer_step_fused", "warm: per parameter tensor, "
                          "step, CUDA estimate (CPU slow path removed)")
     assert f"{step_fixed:.3f} + {step_tensor:.3f}" in o.why
     assert fused.optimizer_fixed_eager_ops > step_fixed     # optimizer_fused adds the clip
     assert o.optimizer_fixed_eager_ops == pytest.approx(gpu_fixed + loop + step_fixed, abs=2e-3)
     assert o.optimizer_tensor_eager_ops == pytest.approx(gpu_tensor + step_tensor, abs=1e-3)
     assert o.optimizer_model_tensor_eager_ops == pytest.approx(
-        _cited(rows, o.why, OPT, "zero_grad_buffer, per model parameter tensor"), abs=1e-3)
+        cited_median(rows, o.why, OPT, "zero_grad_buffer, per model parameter tensor"), abs=1e-3)
     assert o.optimizer_local_shards and o.zero_stages == (1,)
 
 
@@ -213,9 +200,9 @@ def test_each_extra_bucket_is_dispatched_once_per_step(host_mechanism_rows):
     Plan.gradient_buckets (the engine's count)."""
     rows = host_mechanism_rows
     r, g = HOST.mechanisms[READY], HOST.mechanisms["mcore_param_gather_hooks"]
-    assert r.bucket_bwd_eager_ops == pytest.approx(_cited(
+    assert r.bucket_bwd_eager_ops == pytest.approx(cited_median(
         rows, r.why, DDP, "last micro-batch, bwd, extra over steady, per extra bucket"), abs=1e-3)
-    assert g.bucket_fwd_eager_ops == pytest.approx(_cited(
+    assert g.bucket_fwd_eager_ops == pytest.approx(cited_median(
         rows, g.why, DDP, "first micro-batch, fwd, extra over steady, per extra bucket"), abs=1e-3)
     prof = hardware_db.load_profile("h100-sxm")
     us = prof.host.op_fwd_us.value * 1e-6

@@ -9,9 +9,9 @@ with the data-parallel size. Needs neither torch nor a GPU."""
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 import pytest
+from cited_rows import cited_median
 
 import hardware_db
 from simulator.cost.host import optimizer_host
@@ -26,37 +26,24 @@ FUSED = "optimizer_step_fused"
 GPU = "GPU-path sum (no inner step, one-call norm)"
 
 
-def _median(rows, mechanism: str, metric: str) -> tuple[float, list[int]]:
-    runs = [(line, float(r["eager_ops"])) for line, r in rows.items()
-            if r["mechanism"] == mechanism and r["metric"] == metric]
-    assert len(runs) == 3, (mechanism, metric)
-    return statistics.median(v for _, v in runs), [ln for ln, _ in runs]
-
-
-def _cited(rows, why: str, mechanism: str, metric: str) -> float:
-    v, lines = _median(rows, mechanism, metric)
-    assert f"{lines[0]}, {lines[1]}, {lines[2]}" in why, metric
-    return v
-
-
 def test_coefficients_follow_the_cited_medians(host_mechanism_rows):
     rows = host_mechanism_rows
     o = HOST.mechanisms[OPT]
-    gpu_fixed = _cited(rows, o.why, OPT, f"{GPU}, per step, fixed")
-    gpu_tensor = _cited(rows, o.why, OPT, f"{GPU}, per model parameter tensor")
-    loop = sum(_cited(rows, o.why, OPT, m) for m in (
+    gpu_fixed = cited_median(rows, o.why, OPT, f"{GPU}, per step, fixed")
+    gpu_tensor = cited_median(rows, o.why, OPT, f"{GPU}, per model parameter tensor")
+    loop = sum(cited_median(rows, o.why, OPT, m) for m in (
         "zero_grad_buffer, per step, fixed", "finalize, per step, fixed",
         "no_sync_enter, per step, fixed", "no_sync_exit, per step, fixed"))
     # the inner Adam: optimizer_fused's step in the warm protocol (fixed, per-tensor CUDA
     # estimate), as a GPU runs TE's / apex's FusedAdam; not this CPU's torch AdamW
-    step_fixed = _cited(rows, o.why, FUSED, "warm: per step, fixed")
-    step_tensor = _cited(rows, o.why, FUSED, "warm: per parameter tensor, step, CUDA estimate "
+    step_fixed = cited_median(rows, o.why, FUSED, "warm: per step, fixed")
+    step_tensor = cited_median(rows, o.why, FUSED, "warm: per parameter tensor, step, CUDA estimate "
                          "(CPU slow path removed)")
     assert f"{step_fixed:.3f} + {step_tensor:.3f}" in o.why
     assert o.optimizer_fixed_eager_ops == pytest.approx(gpu_fixed + loop + step_fixed, abs=2e-3)
     assert o.optimizer_tensor_eager_ops == pytest.approx(gpu_tensor + step_tensor, abs=1e-3)
     assert o.optimizer_model_tensor_eager_ops == pytest.approx(
-        _cited(rows, o.why, OPT, "zero_grad_buffer, per model parameter tensor"), abs=1e-3)
+        cited_median(rows, o.why, OPT, "zero_grad_buffer, per model parameter tensor"), abs=1e-3)
     assert not o.optimizer_local_shards and o.zero_stages == (0,)
     for metric in (f"{GPU}, per step, fixed", f"{GPU}, per model parameter tensor"):
         assert all(float(r["eager_ops"]) > 0 for r in rows.values()
