@@ -479,14 +479,12 @@ def rows_of(m: dict, base: dict) -> list[dict]:
     """CSV rows (``bench_framework.COLUMNS``) in the run's own probe units: the bare
     optimizer's, then each kind's (metric prefixed with its ``TAGS``); every metric begins
     with ``LABEL`` (the warm protocol)."""
-    from .bench_dp import _mechanism_rows
-    op = m["op"]["fwd"]
-    b = {**base, "op_fwd_us_same_run": round(op, 2)}
+    from .bench_dp import probe_rows
     t, c = m["t"], m["counts"]
-    out = _mechanism_rows(b, op, MECHANISM, _method(m, None),
-                          [(LABEL + k, v) for k, v in bare_values(t, c)])
+    out = probe_rows(m, base, MECHANISM, _method(m, None),
+                     [(LABEL + k, v) for k, v in bare_values(t, c)])
     for kind in m["kinds"]:
-        out += _mechanism_rows(b, op, MECHANISM, _method(m, kind), [
+        out += probe_rows(m, base, MECHANISM, _method(m, kind), [
             (f"{LABEL}{TAGS[kind]}, {k}", v) for k, v in step_values(t, c, kind)])
     return out
 

@@ -22,6 +22,15 @@ def _mechanism_rows(base: dict, op: float, mechanism: str, how: str,
              "eager_ops": round(v / op, 3), "method": how} for m, v in values_us]
 
 
+def probe_rows(m: dict, base: dict, mechanism: str, how: str,
+               values_us: list[tuple[str, float]]) -> list[dict]:
+    """``_mechanism_rows`` of a warm-protocol run ``m`` in its own probe units (``m["op"]
+    ["fwd"]`` us per eager op, also written as the rows' ``op_fwd_us_same_run``)."""
+    op = m["op"]["fwd"]
+    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op, 2)}, op, mechanism, how,
+                           values_us)
+
+
 def _param_tensors(model) -> int:
     return sum(1 for _ in model.parameters())
 

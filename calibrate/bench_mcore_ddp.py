@@ -559,13 +559,11 @@ def _method(m: dict, mech: str) -> str:
 
 def rows(m: dict, base: dict) -> list[dict]:
     """CSV rows (``bench_framework.COLUMNS``) of both mechanisms, in the run's own probe units."""
-    from .bench_dp import _mechanism_rows
-    op = m["op"]["fwd"]
-    b = {**base, "op_fwd_us_same_run": round(op, 2)}
-    return (_mechanism_rows(b, op, HOOKS, _method(m, HOOKS),
-                            hook_values(m["t"], m["counts"], m["layers"]))
-            + _mechanism_rows(b, op, OPT, _method(m, OPT),
-                              opt_values(m["t"], m["counts"], m["layers"])))
+    from .bench_dp import probe_rows
+    return (probe_rows(m, base, HOOKS, _method(m, HOOKS),
+                       hook_values(m["t"], m["counts"], m["layers"]))
+            + probe_rows(m, base, OPT, _method(m, OPT),
+                         opt_values(m["t"], m["counts"], m["layers"])))
 
 
 def framework_rows(base: dict, want) -> list[dict]:

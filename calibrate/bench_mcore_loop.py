@@ -533,10 +533,8 @@ def _method(m: dict) -> str:
 
 
 def rows_of(m: dict, base: dict) -> list[dict]:
-    from .bench_dp import _mechanism_rows
-    op = m["op"]["fwd"]
-    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op, 2)}, op, MECHANISM,
-                           _method(m), values(m["u"]))
+    from .bench_dp import probe_rows
+    return probe_rows(m, base, MECHANISM, _method(m), values(m["u"]))
 
 
 def rows(base: dict) -> list[dict]:

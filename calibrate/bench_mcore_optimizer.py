@@ -204,10 +204,8 @@ def method(m: dict) -> str:
 
 def rows_of(m: dict, base: dict) -> list[dict]:
     """CSV rows (``bench_framework.COLUMNS``) in the run's own probe units."""
-    from .bench_dp import _mechanism_rows
-    op = m["op"]["fwd"]
-    return _mechanism_rows({**base, "op_fwd_us_same_run": round(op, 2)}, op, MECHANISM,
-                           method(m), values(m["t"], m["counts"], m["whole"]))
+    from .bench_dp import probe_rows
+    return probe_rows(m, base, MECHANISM, method(m), values(m["t"], m["counts"], m["whole"]))
 
 
 def rows(base: dict) -> list[dict]:

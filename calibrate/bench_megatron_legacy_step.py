@@ -534,11 +534,9 @@ def _method(m: dict, mech: str) -> str:
 def rows(m: dict, base: dict) -> list[dict]:
     """CSV rows (``bench_framework.COLUMNS``) of the three mechanisms, in the run's own probe
     units."""
-    from .bench_dp import _mechanism_rows
-    op = m["op"]["fwd"]
-    b = {**base, "op_fwd_us_same_run": round(op, 2)}
+    from .bench_dp import probe_rows
     return [r for mech, vals in values(m).items()
-            for r in _mechanism_rows(b, op, mech, _method(m, mech), vals)]
+            for r in probe_rows(m, base, mech, _method(m, mech), vals)]
 
 
 def framework_rows(base: dict, want) -> list[dict]:
