@@ -95,7 +95,13 @@ def config(kind: str, hidden: int) -> dict:
     ``bench_deepspeed.config`` of its stage, in its dtype, clipping and optimizer."""
     from .bench_deepspeed import config as ds_config
     stage, dtype, opt = KINDS[kind]
-    cfg = ds_config(stage, hidden)
+    return step_config(ds_config(stage, hidden), dtype, opt)
+
+
+def step_config(cfg: dict, dtype: str, opt: str) -> dict:
+    """``cfg`` with the step's settings: gradient clipping ``CLIP``, no step prints, bf16
+    or fp16 (dynamic loss scale from 2^``FP16_SCALE_POWER``), and DeepSpeed's FusedAdam as
+    the optimizer where ``opt`` is "fusedadam" (else the client's)."""
     cfg.update(gradient_clipping=CLIP, steps_per_print=float("inf"),
                bf16={"enabled": dtype == "bf16"})
     if dtype == "fp16":
@@ -327,7 +333,15 @@ def measure(kinds=RUN, trials: int = TRIALS, repeats: int = REPEATS) -> dict | N
         built, cnt = setups(kinds)
         res, attempts = _time_quiet(built, trials, repeats)
         syncs = {k: host_syncs(built, k, CHECK_SIZE) for k in kinds}
-    for k, phases in built.items():          # steps skipped on overflow (fp16): none wanted
+    return run_result(built, cnt, kinds, (res, attempts, syncs), (trials, repeats))
+
+
+def run_result(built: dict, cnt: dict, kinds, timed: tuple, sizes: tuple[int, int]) -> dict:
+    """A run's result from its setups ``built`` and ``cnt``, ``timed`` (timings, attempts,
+    host syncs) and ``sizes`` (trials, repeats), with each engine's steps skipped on
+    overflow (fp16: none wanted) counted."""
+    (res, attempts, syncs), (trials, repeats) = timed, sizes
+    for k, phases in built.items():
         if k[0] in kinds:
             cnt[k]["skipped"] = dict(phases)["step"].__self__.skipped_steps
     return {**res, "counts": cnt, "attempts": attempts, "syncs": syncs, "kinds": tuple(kinds),

@@ -256,12 +256,42 @@ def _base() -> dict:
             "date": dt.date.today().isoformat()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``--runs`` fit runs (a run found unfit is measured again, up to ``--tries`` in all),
-    each printed and, with ``--write``, appended to ``--out`` as soon as it is done; then
-    each row's eager ops over the runs (median and spread)."""
+def fit_runs(bench, measure, runs: int, tries: int, write: bool, out: str) -> int:
+    """``runs`` fit runs of ``bench`` (a module with ``MECHANISM``, ``print_table``,
+    ``problems``, ``rows_of``; ``measure()``: one run, None without the framework), a run
+    found unfit measured again, up to ``tries`` in all; each printed and, with ``write``,
+    appended to ``out`` under the lock as soon as it is done; then each row's eager ops over
+    the runs (median and spread). Exit status: 0 when all ``runs`` were fit."""
     import statistics
+    base, good = _base(), []
+    for _ in range(tries):
+        m = measure()
+        if m is None:
+            return 1
+        bench.print_table(m)
+        bad = bench.problems(m)
+        if bad:
+            print(f"{bench.MECHANISM}: run not fit ({'; '.join(bad)}); measuring again",
+                  file=sys.stderr)
+            continue
+        new = bench.rows_of(m, base)
+        if write:
+            first, last = append_locked(out, new)
+            print(f"appended {len(new)} rows to {out}: lines {first}-{last}", file=sys.stderr)
+        good.append(new)
+        if len(good) == runs:
+            break
+    for i, r in enumerate(good[0] if good else []):
+        v = [float(run[i]["eager_ops"]) for run in good]
+        med = statistics.median(v)
+        spread = (max(v) - min(v)) / abs(med) if med else 0.0
+        print(f"{med:9.3f} eo median of {', '.join(f'{x:.3f}' for x in v)} "
+              f"(spread {spread:.0%})  {r['metric']}", file=sys.stderr)
+    return 0 if len(good) == runs else 2
 
+
+def main(argv: list[str] | None = None) -> int:
+    """``--runs`` fit runs (``fit_runs``), each appended to ``--out`` with ``--write``."""
     from .bench_framework import CSV
     ap = argparse.ArgumentParser(prog="python -m calibrate.bench_mcore_optimizer")
     ap.add_argument("--runs", type=int, default=3)
@@ -270,31 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="append each fit run's rows")
     ap.add_argument("--out", default=str(CSV))
     args = ap.parse_args(argv)
-    base, good = _base(), []
-    for _ in range(args.tries):
-        m = measure(args.trials)
-        if m is None:
-            return 1
-        print_table(m)
-        bad = problems(m)
-        if bad:
-            print(f"{MECHANISM}: run not fit ({'; '.join(bad)}); measuring again",
-                  file=sys.stderr)
-            continue
-        new = rows_of(m, base)
-        if args.write:
-            first, last = append_locked(args.out, new)
-            print(f"appended {len(new)} rows to {args.out}: lines {first}-{last}",
-                  file=sys.stderr)
-        good.append(new)
-        if len(good) == args.runs:
-            break
-    for i, r in enumerate(good[0] if good else []):
-        v = [float(run[i]["eager_ops"]) for run in good]
-        spread = (max(v) - min(v)) / abs(statistics.median(v)) if statistics.median(v) else 0
-        print(f"{statistics.median(v):9.3f} eo median of {', '.join(f'{x:.3f}' for x in v)} "
-              f"(spread {spread:.0%})  {r['metric']}", file=sys.stderr)
-    return 0 if len(good) == args.runs else 2
+    return fit_runs(sys.modules[__name__], lambda: measure(args.trials), args.runs,
+                    args.tries, args.write, args.out)
 
 
 if __name__ == "__main__":
