@@ -382,7 +382,7 @@ def device_copy_ops(names: tuple[str, ...], params: float, layers: int, tensors:
     mechanism states per-layer kernels, else per tensor).
 
     ``accumulate_over`` = m > 0: FSDP gathers once and reduces once per step over m
-    micro-batches (``stage_work.fsdp_once_per_step``): the gather's copies cost 1/m per
+    micro-batches (``engine.fsdp_comm.fsdp_once_per_step``): the gather's copies cost 1/m per
     pass, nothing is re-gathered in backward, every backward accumulates the unsharded
     gradients (``device_bytes_per_param_accumulate_first`` on the first micro-batch,
     ``device_bytes_per_param_accumulate`` on the others, per tensor) and the reduce's copy

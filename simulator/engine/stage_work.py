@@ -11,42 +11,20 @@ from dataclasses import dataclass, field, replace
 from itertools import groupby
 
 from ..cost.host import (
-    MOE_PRE_SYNC_OPS,
-    HostCost,
-    MoEHost,
-    ParamLayout,
-    bucket_copy_ops,
-    code_mechanisms,
-    device_copy_ops,
-    eager_host,
-    fsdp_lane_ops,
-    host_mode,
-    layer_host,
-    linear_calls,
-    linear_weights,
-    loop_lead_host,
-    mechanisms_host,
-    model_host,
-    moe_layer_host,
-    param_tensors,
-)
-from ..cost.layer import (
-    PassCost,
-    Segment,
-    group_collective,
-    group_links,
-    interference_s,
-    pass_cost,
-)
+    MOE_PRE_SYNC_OPS, HostCost, MoEHost, ParamLayout, bucket_copy_ops, code_mechanisms,
+    device_copy_ops, eager_host, host_mode, layer_host, linear_calls,
+    linear_weights, loop_lead_host, mechanisms_host, model_host, moe_layer_host,
+    param_tensors)
+from ..cost.layer import PassCost, Segment, pass_cost
+from ..cost.persistence import persistent_gather_s
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
-from ..memory.accounting import ChunkMemory, grad_reduce_bytes
+from ..memory.accounting import ChunkMemory
 from ..memory.chunk import chunk_memory
-from ..network.collectives import Collective
 from ..network.fabric import fabric_of
 from ..parallel.placement import GroupPlacement, group_strides, place_group
 from ..parallel.plan import AttentionImpl, Plan, Recompute
-from ..parallel.schedule import Part, Unit, chunk_parts, chunk_share
+from ..parallel.schedule import Part, Unit, chunk_parts
 from ..workload.ops import (
     LayerShape,
     Op,
@@ -58,6 +36,8 @@ from ..workload.ops import (
     weight_grad_ops,
 )
 from ..workload.spec import TransformerSpec
+from .fsdp_comm import (
+    add_fsdp_comm, chunk_passes, fsdp_edge_params, fsdp_groups, fsdp_once_per_step, zero3_tensors)
 from .recompute import recompute_ops, sac_op
 
 
@@ -79,10 +59,14 @@ class ChunkWork:
     # chunk holds (the first chunk's embedding, the last chunk's copy for the head), whose
     # gradients are all-reduced between the two stages before the optimizer step
     tied_params: float = 0.0
-    # parameter tensors the rank's optimizer steps for this chunk (local shards), and the
-    # FSDP units (layers and edge units) where it steps one flat parameter per unit
+    # parameter tensors the rank's optimizer steps for this chunk (local shards), the FSDP
+    # units (layers and edge units) where it steps one flat parameter per unit, and of the
+    # tensors those ZeRO-3 keeps whole (``cost.persistence``; 0 below ZeRO-3)
     param_tensors: int = 0
     units: int = 0
+    persistent_tensors: int = 0
+    # the optimizer step's all-gathers of those tensors (``persistent_gather_s``)
+    persistent_gather_s: float = 0.0
 
     def pass_cost(self, u: Unit) -> PassCost:
         """What running ``u`` costs: the forward, the whole backward, or its B or W half
@@ -294,11 +278,11 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
     fwd, bwd, wgrad = PassCost(), PassCost(), PassCost()
     mem = chunk_memory(model, plan, sh, layers, first, last)
     params, dense = mem.params, mem.dense_params
-    all_fwd: list[Op] = []
     extra: list[Op] = (embedding_ops(model, sh) if first else []) + \
         (head_ops(model, sh) if last else [])
     layout = ParamLayout.of(model, plan.memory.param_layout)
     modules = layout.weights_only()                  # one tensor per module (ZeRO-3's hooks)
+    runs: list[tuple[list[Op], int]] = []           # each run's layer ops, its layers
     counts = _Counts(len(layers), edge_units=_fsdp_edge_units(plan, first, last),
                      regather_layers=len(layers) - mem.zero3_kept_layers,
                      extra_buckets=plan.gradient_buckets(params, s, c) - 1)
@@ -311,7 +295,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         fwd.add_each(cf, n)
         bwd.add_each(cb, n)
         wgrad.add_each(cw, n)
-        all_fwd = lf
+        runs.append((lf, n))
         counts = counts.add_layers(n, (param_tensors(lf, layout), param_tensors(lf, modules),
                                        linear_weights(lf, layout)),
                                    linear_calls(lf, layout), rc == Recompute.FULL or sac_op(plan))
@@ -337,13 +321,19 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         lead = _set_host(PassCost(), loop_lead_host(plan.host_mechanisms, prof, model.n_layers))
         lead.host_lead_s = lead.host_s
         fwd.add(lead)
+    persistent, calls = zero3_tensors(model, plan, layout, runs + [(extra, 1)],
+                                      counts.layers + counts.edge_units) \
+        if plan.zero_stage >= 3 else (0, (1, 1))
     if plan.zero_stage >= 3:
-        _add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
-                       _fsdp_edge_params(model, plan, first, last), dense,
-                       mem.zero3_kept_layers)
-    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, all_fwd + extra, wgrad,
+        add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
+                      fsdp_edge_params(model, plan, first, last), dense,
+                      mem.zero3_kept_layers, calls)
+    last_fwd = runs[-1][0] if runs else []          # the last layer kind's forward ops
+    return ChunkWork(s, c, list(layers), fwd, bwd, params, dense, mem, last_fwd + extra, wgrad,
                      param_tensors=counts.layer_tensors + counts.edge_tensors,
-                     units=counts.layers + counts.edge_units)
+                     units=counts.layers + counts.edge_units, persistent_tensors=persistent,
+                     persistent_gather_s=persistent_gather_s(
+                         persistent, model, plan, fsdp_groups(plan, groups)[0], prof))
 
 
 @dataclass(frozen=True)
@@ -434,27 +424,6 @@ def _grad_accumulation_op(params: float, plan: Plan) -> Op:
               mem_kind="elementwise")
 
 
-def fsdp_once_per_step(plan: Plan) -> bool:
-    """FSDP gathers once and reduces once per step: pipeline parallelism under a framework
-    that keeps parameters gathered across micro-batches (``MemoryConventions.
-    fsdp_pp_once_per_step``: torchtitan sets ``reshard_after_forward = not pp_enabled``;
-    torch pipelining turns ``set_reshard_after_backward`` and gradient sync off for every
-    micro-batch and reduces in ``perform_reduce_grad`` after the last backward,
-    torch/distributed/pipelining/stage.py)."""
-    return plan.zero_stage >= 3 and plan.pp > 1 and plan.memory.fsdp_pp_once_per_step
-
-
-def chunk_passes(plan: Plan) -> int:
-    """Micro-batch passes each chunk runs per step (DualPipe: half of them per copy)."""
-    return max(1, round(plan.num_microbatches * chunk_share(plan.schedule)))
-
-
-def fsdp_per_step(plan: Plan) -> float:
-    """Share of a chunk's pass that FSDP's once-per-step gather costs: one over the chunk's
-    passes per step under ``fsdp_once_per_step`` (spread evenly), else 1."""
-    return 1.0 / chunk_passes(plan) if fsdp_once_per_step(plan) else 1.0
-
-
 def _shared_head_tensors(extra: list[Op], model: TransformerSpec) -> int:
     """Output-layer GEMMs among the chunk's edge ops whose weight another one already holds:
     the multi-token-prediction heads share the main output layer (``mtp<i>_logits``), and a
@@ -473,128 +442,3 @@ def _fsdp_edge_units(plan: Plan, first: bool, last: bool) -> int:
     own = plan.memory.fsdp_embedding_unit
     return int(first) * (2 if own else 1) + int(last and own)
 
-
-def _fsdp_edge_params(model: TransformerSpec, plan: Plan, first: bool, last: bool) -> float:
-    """Parameters of the FSDP unit that opens the step (gathered first) and closes it
-    (reduced in the final callback), on the chunk holding the embedding: the embedding unit
-    (torchtitan: ``fsdp_embedding_unit``), else the root, which also holds the output layer
-    when the chunk has it and it is not tied (the final norm is left out)."""
-    if not first:
-        return 0.0
-    emb = model.vocab * model.hidden / plan.tp
-    own_head = last and not model.tied_embeddings and not plan.memory.fsdp_embedding_unit
-    return emb * (2.0 if own_head else 1.0)
-
-
-def _fsdp_leads(params: float, edge: float, n_layers: int, dtype_bytes: tuple[int, int],
-                plan: Plan, groups: dict[str, GroupPlacement], g: GroupPlacement,
-                prof: Profile) -> tuple[float, float, float]:
-    """One micro-batch's unhidden FSDP pieces: a layer's gather, the edge unit's gather and
-    its reduce-scatter (with HSDP's all-reduce of its shard)."""
-    c_bytes, r = dtype_bytes
-    layer_w = (params - edge) * c_bytes / max(1, n_layers)
-    first_layer = group_collective(Collective.ALL_GATHER, layer_w, g, prof).time_s
-    if not edge:
-        return first_layer, 0.0, 0.0
-    edge_ag = group_collective(Collective.ALL_GATHER, edge * c_bytes, g, prof).time_s
-    edge_rs = group_collective(Collective.REDUCE_SCATTER, edge * r, g, prof).time_s
-    if plan.replicas > 1:
-        edge_rs += _hsdp_all_reduce(edge * r, plan.shard_ranks, groups, prof).time_s
-    return first_layer, edge_ag, edge_rs
-
-
-def _hsdp_all_reduce(grad_bytes: float, shard_ranks: int, groups: dict[str, GroupPlacement],
-                     prof: Profile):
-    """HSDP: the reduced gradient shards (``grad_bytes`` / ``shard_ranks``) all-reduced
-    across the replica groups."""
-    return group_collective(Collective.ALL_REDUCE, grad_bytes / shard_ranks,
-                            groups["dp_rep"], prof)
-
-
-def _fsdp_groups(plan: Plan, groups: dict[str, GroupPlacement]
-                 ) -> tuple[GroupPlacement, GroupPlacement]:
-    """(dense, expert) FSDP shard groups: HSDP's shard group, or all of dp (x cp), and the
-    ranks sharing an expert shard (that group thinned by EP)."""
-    if plan.dp_shard:
-        return groups["dp_shard"], groups["edp_shard"]
-    return groups["dp"], groups["edp"]
-
-
-def _fsdp_collectives(params: float, dense: float, plan: Plan,
-                      groups: dict[str, GroupPlacement], prof: Profile,
-                      dtype_bytes: tuple[int, int]) -> tuple[list, list, list]:
-    """(gathers, reduce-scatters, HSDP all-reduces) of the chunk's parameters once: dense
-    ones over the shard group, expert ones over the ranks sharing an expert shard (the
-    shard group thinned by EP: torchtitan's dp_shard_mod_ep, edp without HSDP); under HSDP
-    each reduced shard is all-reduced across the replicas."""
-    c_bytes, r = dtype_bytes
-    g, ge = _fsdp_groups(plan, groups)
-    parts = [(p, grp, n) for p, grp, n in ((dense, g, plan.shard_ranks),
-             (params - dense, ge, max(1, plan.shard_ranks // plan.ep))) if p > 0]
-    ag = [group_collective(Collective.ALL_GATHER, p * c_bytes, grp, prof) for p, grp, _ in parts]
-    rs = [group_collective(Collective.REDUCE_SCATTER, p * r, grp, prof) for p, grp, _ in parts]
-    ar = [_hsdp_all_reduce(p * r, n, groups, prof) for p, _, n in parts] \
-        if plan.replicas > 1 else []
-    return ag, rs, ar
-
-
-def _add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
-                   groups: dict[str, GroupPlacement], prof: Profile,
-                   cluster: ClusterSpec, edge_params: float = 0.0,
-                   dense: float | None = None, kept_layers: int = 0) -> None:
-    """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
-    each prefetched one layer ahead: exposed = lead + max(0, comm - lead - compute), the
-    lead being what nothing can hide. In forward that is the first layer's gather and, on
-    the chunk holding the embedding (``edge_params``), the embedding unit's gather before
-    it: the first collective of the step (FSDP2: the root's or the embedding unit's
-    pre-forward unshard, _fsdp_state.py _pre_forward). In backward, a layer's re-gather
-    leads, and the embedding's reduce-scatter trails: its input (token ids) needs no
-    gradient, so it gets no post-backward hook and is reduced in the final callback, which
-    makes the step wait for it (_fsdp_state.py _root_post_backward_final_callback).
-    HSDP (``Plan.dp_shard``): gathers and reduce-scatters within the shard group; each
-    reduced shard is all-reduced across the replicas on a stream of its own, concurrent
-    with the next units' reduce-scatters (FSDP2 _fsdp_param_group.py: "Run the HSDP
-    all-reduces concurrently with all-gather/reduce-scatter"; ``foreach_reduce`` on
-    ``all_reduce_stream``; FSDP1 ``_all_reduce_stream``): the backward lane is the longer
-    of the two chains; the last unit's all-reduce follows its reduce-scatter.
-    Once per step under ``fsdp_once_per_step``: the gather spread over the micro-batches'
-    forwards, no re-gather in backward, and the reduce-scatter exposed (the final
-    post-backward callback makes the compute stream wait for it), spread likewise. The
-    mechanisms' passes on FSDP's streams (``cost.host.fsdp_lane_ops``: FSDP1's gradient cat
-    beside the gathers, its cast and pre-division before each reduce-scatter) run in series
-    with them. ``kept_layers``: layers ZeRO-3 keeps gathered
-    into their backward (``ChunkMemory.zero3_kept_layers``): not gathered again."""
-    g = _fsdp_groups(plan, groups)[0]
-    once, f = fsdp_once_per_step(plan), fsdp_per_step(plan)
-    regather = 0.0 if once else 1.0 - kept_layers / max(n_layers, 1)   # kept: no re-gather
-    c_bytes, r = (4 if plan.precision.value == "fp32" else 2), grad_reduce_bytes(plan)
-    w_bytes, r_bytes = params * c_bytes, params * r
-    ag_c, rs_c, ar_c = _fsdp_collectives(params, params if dense is None else dense, plan,
-                                         groups, prof, (c_bytes, r))
-    lanes = fsdp_lane_ops(plan.host_mechanisms, params, n_layers, c_bytes, r, g.size)
-    cat, prep = (pass_cost(ops, cluster.gpu, prof, groups, False).compute_s if ops else 0.0
-                 for ops in lanes)
-    ag, rs = sum(c.time_s for c in ag_c), sum(c.time_s for c in rs_c) + prep
-    ar = sum(c.time_s for c in ar_c)
-    for pc, costs, times in ((fwd, ag_c, f), (bwd, ag_c, regather), (bwd, rs_c + ar_c, f)):
-        for c in costs:
-            pc.add_link_busy(c, times)
-    edge = 0.0 if once else min(edge_params, params)
-    first_layer, edge_ag, edge_rs = (f * t for t in _fsdp_leads(
-        params, edge, n_layers, (c_bytes, r), plan, groups, g, prof))
-    what_bwd = "fsdp reduce-scatter (once per step)" if once else \
-        "fsdp all-gather + reduce-scatter" + (" + hsdp all-reduce" if ar_c else "")
-    links = group_links(g) + (group_links(groups["dp_rep"]) if ar_c else ())
-    for pc, comm, what, nbytes, lead in (
-            (fwd, f * ag, "fsdp all-gather", f * w_bytes, edge_ag + first_layer),
-            (bwd, max(regather * ag + cat + f * rs, f * ar), what_bwd,
-             regather * w_bytes + f * r_bytes, (0.0 if kept_layers else regather) * first_layer
-             + edge_rs)):
-        busy = pc.total_s
-        lead = min(lead, comm)        # priced one unit at a time, never more than the lane
-        exposed = f * (rs + ar) + lead if pc is bwd and once else \
-            lead + max(0.0, comm - lead - busy)
-        slowed = interference_s(min(comm, busy), prof)
-        pc.interference_s += slowed
-        pc.comm_s["dp"] = pc.comm_s.get("dp", 0.0) + exposed
-        pc.segments.insert(0, Segment(what, "dp", exposed, comm, links, nbytes, slowed))

@@ -169,6 +169,15 @@ class FrameworkMemory:
     zero3_reuse_window_params: float = 0.0
     # at ZeRO-3 every Linear is an autograd Function (DeepSpeed's memory-efficient linear)
     zero3_linear_function: bool = False
+    # ZeRO-3 keeps whole on every rank each parameter tensor of at most this many elements
+    # per hidden unit (DeepSpeed's stage3_param_persistence_threshold over the hidden size;
+    # ``cost.persistence``); 0: none
+    zero3_persistence_threshold_hidden: float = 0.0
+    # DeepSpeed ZeRO-3's all-gathers take the next partitioned tensors until they hold this
+    # many elements per hidden^2 (stage3_prefetch_bucket_size), its reduce-scatters one ipg
+    # bucket of this many (reduce_bucket_size); 0: one of each per FSDP unit
+    zero3_prefetch_bucket_hidden2: float = 0.0
+    zero3_reduce_bucket_hidden2: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (("zero_stage", self.zero_stage in (0, 1, 2, 3)),

@@ -71,6 +71,9 @@ class MemoryConventions:
     param_layout: str = "fused"              # the model code's Linears (cost.host.ParamLayout)
     recompute_early_stop: bool = False       # full recompute by torch's non-reentrant checkpoint
     zero3_reuse_window_params: float = 0.0   # ZeRO-3 keeps gathers reused within this (elements)
+    zero3_persistence_threshold_hidden: float = 0.0   # ZeRO-3 keeps tensors <= this x hidden whole
+    zero3_prefetch_bucket_hidden2: float = 0.0        # DeepSpeed's gather bucket / hidden^2
+    zero3_reduce_bucket_hidden2: float = 0.0          # its reduce bucket / hidden^2; 0: per unit
     zero3_linear_function: bool = False      # at ZeRO-3 every Linear is an autograd Function
     framework: str = ""
 
@@ -133,4 +136,7 @@ def conventions_for(fw: FrameworkMemory, precision: Dtype | str,
         selective_recompute=fw.selective_recompute, param_layout=fw.param_layout,
         recompute_early_stop=fw.recompute_early_stop,
         zero3_reuse_window_params=fw.zero3_reuse_window_params,
+        zero3_persistence_threshold_hidden=fw.zero3_persistence_threshold_hidden,
+        zero3_prefetch_bucket_hidden2=fw.zero3_prefetch_bucket_hidden2,
+        zero3_reduce_bucket_hidden2=fw.zero3_reduce_bucket_hidden2,
         zero3_linear_function=fw.zero3_linear_function, framework=fw.name)

@@ -255,7 +255,7 @@ def test_fsdp_under_pipeline_parallelism_gathers_and_reduces_once_per_step():
     (1/m of a pass each, m = 4), nothing is re-gathered in backward, FSDP2's copies follow,
     and the reduce-scatter is exposed. Frameworks without the convention keep gathering
     and reducing every micro-batch."""
-    from simulator.engine.stage_work import fsdp_once_per_step, fsdp_per_step
+    from simulator.engine.fsdp_comm import fsdp_once_per_step, fsdp_per_step
     pl, a = _pp_chunks("torchtitan", ())
     _, b = _pp_chunks("torchtitan", ("fsdp2_unit",))
     assert fsdp_once_per_step(pl) and fsdp_per_step(pl) == pytest.approx(1 / 4)

@@ -72,7 +72,10 @@ def test_known_deviations_stay_what_they_are(mt):
     assert _ours(_cfg(mt))[0] == DEVIATIONS[mt][1]
 
 
-def _transformers_layer(mt: str):
+def transformers_layer(mt: str):
+    """(config dict, first decoder layer) of ``mt``'s one-layer transformers model at
+    ``BASE`` sizes (GPTBigCode's KV heads follow its ``multi_query``, as in its configs,
+    not the ``num_key_value_heads`` attribute set here, which its attention does not read)."""
     import torch
     import transformers
     cfg = transformers.CONFIG_MAPPING[mt]()
@@ -81,11 +84,20 @@ def _transformers_layer(mt: str):
         if hasattr(cfg, k):
             setattr(cfg, k, v)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
-    layer = next(m for name, m in model.named_modules()
-                 if isinstance(m, torch.nn.ModuleList) and name.endswith(("layers", ".h", "blocks")))[0]
+    out = cfg.to_dict()
+    if mt == "gpt_bigcode":
+        del out["num_key_value_heads"]
+    return out, next(m for name, m in model.named_modules()
+                     if isinstance(m, torch.nn.ModuleList)
+                     and name.endswith(("layers", ".h", "blocks")))[0]
+
+
+def _transformers_layer(mt: str):
+    import torch
+    cfg, layer = transformers_layer(mt)
     linears = sum(1 for m in layer.modules()
                   if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D")
-    return cfg.to_dict(), len(list(layer.parameters())), linears
+    return cfg, len(list(layer.parameters())), linears
 
 
 @pytest.mark.torch

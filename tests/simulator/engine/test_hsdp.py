@@ -90,10 +90,10 @@ def test_the_python_config_carries_it():
 def _lane(plan: Plan, gpus: int, params: float, dense: float | None = None):
     """The backward FSDP segment of one pass over ``params`` on an empty pass."""
     from simulator.cost.layer import PassCost
-    from simulator.engine.stage_work import _add_fsdp_comm
+    from simulator.engine.fsdp_comm import add_fsdp_comm
     cl, prof = make_cluster("h100-sxm", gpus), hardware_db.load_profile("h100-sxm")
     fwd, bwd = PassCost(), PassCost()
-    _add_fsdp_comm(fwd, bwd, params, 32, plan, place_groups(cl, plan), prof, cl,
+    add_fsdp_comm(fwd, bwd, params, 32, plan, place_groups(cl, plan), prof, cl,
                    dense=dense)
     return bwd.segments[0], place_groups(cl, plan), prof
 

@@ -4,7 +4,7 @@ unshard, torch/distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward), follo
 first layer's; and the embedding's gradient is reduced in the final post-backward callback
 (its input, token ids, needs no gradient, so it has no post-backward hook:
 _fsdp_param_group.py _register_post_backward_hook, _fsdp_state.py
-_root_post_backward_final_callback), which makes the step wait for it. ``_add_fsdp_comm``
+_root_post_backward_final_callback), which makes the step wait for it. ``engine.fsdp_comm.add_fsdp_comm``
 charges these, and no more than the whole lane."""
 from __future__ import annotations
 
