@@ -1,19 +1,21 @@
-"""Which parameter tensors ZeRO-3 keeps whole on every rank: DeepSpeed marks each tensor of at
-most ``stage3_param_persistence_threshold`` elements persistent (runtime/zero/
-parameter_offload.py ``mark_persistent_parameters`` @ 0.19.8: ``ds_numel <= threshold``), so
-it is never partitioned for the forward; its optimizer step still partitions it with every
-other tensor and all-gathers it again afterwards (``deepspeed_zero3_optimizer``'s per
-persistent tensor work). The threshold is ``FrameworkMemory.zero3_persistence_threshold_hidden``
-times the hidden size (HF Trainer's "auto": 10). The step's all-gathers of them are device
-time (``persistent_gather_s``).
+"""ZeRO-3's parameter tensors by size. Which ones DeepSpeed keeps whole on every rank: each
+tensor of at most ``stage3_param_persistence_threshold`` elements is persistent
+(runtime/zero/parameter_offload.py ``mark_persistent_parameters`` @ 0.19.8: ``ds_numel <=
+threshold``), never partitioned for the forward; its optimizer step still releases it with
+every other tensor and all-gathers it again afterwards (``persistent_gather_s``: device
+time; the step's host work is not priced). The threshold is
+``FrameworkMemory.zero3_persistence_threshold_hidden`` times the hidden size (HF Trainer's
+"auto": 10). How many collectives DeepSpeed issues for a pass over them (``gather_calls``,
+``reduce_calls``: its prefetch and reduce buckets).
 
-Sizes per tensor as the model code holds it (``ParamLayout``): a Linear's weight is its share
-of the op graph GEMM's ``k x n`` (each split part's own shape, ``Op.split``, as the engine's
-layer shape makes them; split evenly where an op carries none), its bias that share's ``n``;
-a norm's weight and bias are ``hidden`` wide, the query and key norms ``head_dim`` each where
-shared by the heads (Qwen3, Gemma 3) or the whole projections' (OLMo 2:
-``TransformerSpec.extra_norm_params``), MLA's latent norms their ranks; an embedding table
-(``vocab x hidden``) is never under a threshold of a few hidden sizes and is not counted."""
+Sizes per tensor as the model code holds it (``ParamLayout``; ``tensor_sizes``): a Linear's
+weight is its share of the op graph GEMM's ``k x n`` (each split part's own shape,
+``Op.split``, as the engine's layer shape makes them; split evenly where an op carries none),
+its bias that share's ``n``; a norm's weight and bias are ``hidden`` wide, the query and key
+norms ``head_dim`` each where shared by the heads (Qwen3, Gemma 3) or the whole projections'
+(OLMo 2: ``TransformerSpec.extra_norm_params``), MLA's latent norms their ranks; an
+embedding table ``vocab x hidden`` (a tied output layer counted again where the op graph uses
+it)."""
 from __future__ import annotations
 
 from ..hardware.profile import Profile
