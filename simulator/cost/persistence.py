@@ -52,12 +52,17 @@ def _norm_widths(o: Op, spec: TransformerSpec) -> list[int]:
     return [spec.hidden] * NORMS_PER_OP.get(o.name, 1)
 
 
-def tensor_sizes(ops: list[Op], layout: ParamLayout, spec: TransformerSpec) -> list[float]:
+def tensor_sizes(ops: list[Op], layout: ParamLayout, spec: TransformerSpec,
+                 experts: bool | None = None) -> list[float]:
     """Elements of each parameter tensor of ``cost.host.param_tensors(ops, layout)`` in the
     order the ops use them (a Linear's weight, then its bias; a norm's weight, then its bias;
-    an embedding table as ``vocab x hidden``)."""
+    an embedding table as ``vocab x hidden``): all of them, or with ``experts`` True / False
+    only the routed experts' / all others (per rank: the op graph's shapes are TP and EP
+    shards; the table is whole)."""
     out: list[float] = []
     for o in ops:
+        if experts is not None and routed_experts(o) != experts:
+            continue
         if o.kind == OpKind.GEMM and o.name not in WEIGHTLESS_GEMMS:
             groups = 1 if routed_experts(o) and layout.experts_3d else o.batch
             biased = layout.biases(o) > 0
@@ -83,7 +88,7 @@ def persistent_tensors(ops: list[Op], layout: ParamLayout, threshold_elements: f
 
 def gather_calls(sizes: list[float], threshold_elements: float, bucket_elements: float) -> int:
     """All-gathers DeepSpeed ZeRO-3 issues for one pass over tensors of ``sizes`` elements
-    in use order: its prefetch takes the next partitioned tensors (above the persistence
+    in the order given: its prefetch takes the next partitioned tensors (above the persistence
     threshold) into one coalesced all-gather until it holds ``bucket_elements``
     (stage3_prefetch_bucket_size; partitioned_param_coordinator.py ``fetch_sub_module``
     l.450-484 and ``__all_gather_params_`` -> ``all_gather_coalesced`` @ 0.19.8)."""

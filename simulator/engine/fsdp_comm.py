@@ -4,7 +4,7 @@ the parameters' all-gathers before forward and backward, the gradients' reduce-s
 DeepSpeed's bucketed ones: ``cost.persistence``), and the pieces nothing hides."""
 from __future__ import annotations
 
-from ..cost.host import ParamLayout, fsdp_lane_ops
+from ..cost.host import ParamLayout, fsdp_lane_ops, routed_experts
 from ..cost.layer import PassCost, Segment, group_collective, group_links, interference_s, pass_cost
 from ..cost.persistence import gather_calls, persistent_tensors, reduce_calls, tensor_sizes
 from ..hardware.profile import Profile
@@ -86,45 +86,52 @@ def fsdp_groups(plan: Plan, groups: dict[str, GroupPlacement]
 
 
 def zero3_tensors(model: TransformerSpec, plan: Plan, layout: ParamLayout,
-                  runs: list[tuple[list[Op], int]], units: int) -> tuple[int, tuple[int, int]]:
-    """(persistent parameter tensors, (all-gathers, reduce-scatters) of one pass) of a chunk
-    under ZeRO-3 whose ops are ``runs`` (each run's ops and how many times they repeat: the
-    layers in order, the embedding and head ops last): the tensors of at most the
-    persistence threshold (``cost.persistence``; none below ZeRO-3), DeepSpeed's bucketed
-    collectives over its tensors (``gather_calls`` / ``reduce_calls``; with experts, each
-    of the dense and the expert parts is charged that many: not told apart), or one of each
-    per FSDP unit (``units``: layers and edge units)."""
+                  runs: list[tuple[list[Op], int]], units: int
+                  ) -> tuple[int, tuple[tuple[int, int], tuple[int, int]]]:
+    """(persistent parameter tensors, ((all-gathers, reduce-scatters) of one pass over the
+    dense parameters, the same over the routed experts')) of a chunk under ZeRO-3 whose ops
+    are ``runs`` (each run's ops and how many times they repeat: the layers in order, the
+    embedding and head ops last): the tensors of at most the persistence threshold
+    (``cost.persistence``; none below ZeRO-3); DeepSpeed's bucketed collectives over each
+    part's tensors (``gather_calls`` / ``reduce_calls``; where both share one group DeepSpeed
+    coalesces across the parts, so their sum may be high by up to about one a layer);
+    or one of each per FSDP unit (``units``: layers and edge units) and per MoE layer for
+    the experts (torchtitan shards them as a unit of their own under EP)."""
     mem, h2 = plan.memory, model.hidden ** 2
     threshold = mem.zero3_persistence_threshold_hidden * model.hidden \
         if plan.zero_stage >= 3 else 0.0
     persistent = sum(n * persistent_tensors(ops, layout, threshold, model) for ops, n in runs)
     if mem.zero3_prefetch_bucket_hidden2 <= 0:
-        return persistent, (max(1, units), max(1, units))
-    sizes = [x for ops, n in runs for x in tensor_sizes(ops, layout, model) * n]
-    return persistent, (
-        max(1, gather_calls(sizes, threshold, mem.zero3_prefetch_bucket_hidden2 * h2)),
-        max(1, reduce_calls(sizes[::-1], mem.zero3_reduce_bucket_hidden2 * h2)))
+        moe = sum(n for ops, n in runs if any(routed_experts(o) for o in ops))
+        return persistent, ((max(1, units),) * 2, (max(1, moe),) * 2)
+
+    def calls(experts: bool) -> tuple[int, int]:
+        sizes = [x for ops, n in runs for x in tensor_sizes(ops, layout, model, experts) * n]
+        return (max(1, gather_calls(sizes, threshold, mem.zero3_prefetch_bucket_hidden2 * h2)),
+                max(1, reduce_calls(sizes[::-1], mem.zero3_reduce_bucket_hidden2 * h2)))
+    return persistent, (calls(False), calls(True))
 
 
 def _fsdp_collectives(params: float, dense: float, plan: Plan,
                       groups: dict[str, GroupPlacement], prof: Profile,
-                      dtype_bytes: tuple[int, int], calls: tuple[int, int] = (1, 1)
+                      dtype_bytes: tuple[int, int], calls=((1, 1), (1, 1))
                       ) -> tuple[list, list, list]:
     """(gathers, reduce-scatters, HSDP all-reduces) of the chunk's parameters once, each
     (one collective, how many of it): dense ones over the shard group, expert ones over the
     ranks sharing an expert shard (the shard group thinned by EP: torchtitan's
-    dp_shard_mod_ep, edp without HSDP), in ``calls`` (all-gathers, reduce-scatters) equal
-    parts (``zero3_tensors``); under HSDP each reduced shard is all-reduced across the
-    replicas."""
-    (c_bytes, r), (k_ag, k_rs) = dtype_bytes, calls
+    dp_shard_mod_ep, edp without HSDP), each part in its ``calls`` (all-gathers,
+    reduce-scatters) equal pieces (``zero3_tensors``); under HSDP each reduced shard is
+    all-reduced across the replicas."""
+    c_bytes, r = dtype_bytes
     g, ge = fsdp_groups(plan, groups)
-    parts = [(p, grp, n) for p, grp, n in ((dense, g, plan.shard_ranks),
-             (params - dense, ge, max(1, plan.shard_ranks // plan.ep))) if p > 0]
-    ag = [(group_collective(Collective.ALL_GATHER, p * c_bytes / k_ag, grp, prof), k_ag)
-          for p, grp, _ in parts]
-    rs = [(group_collective(Collective.REDUCE_SCATTER, p * r / k_rs, grp, prof), k_rs)
-          for p, grp, _ in parts]
-    ar = [(_hsdp_all_reduce(p * r / k_rs, n, groups, prof), k_rs) for p, _, n in parts] \
+    parts = [(p, grp, n, k) for p, grp, n, k in (
+        (dense, g, plan.shard_ranks, calls[0]),
+        (params - dense, ge, max(1, plan.shard_ranks // plan.ep), calls[1])) if p > 0]
+    ag = [(group_collective(Collective.ALL_GATHER, p * c_bytes / k[0], grp, prof), k[0])
+          for p, grp, _, k in parts]
+    rs = [(group_collective(Collective.REDUCE_SCATTER, p * r / k[1], grp, prof), k[1])
+          for p, grp, _, k in parts]
+    ar = [(_hsdp_all_reduce(p * r / k[1], n, groups, prof), k[1]) for p, _, n, k in parts] \
         if plan.replicas > 1 else []
     return ag, rs, ar
 
@@ -132,7 +139,7 @@ def _fsdp_collectives(params: float, dense: float, plan: Plan,
 def add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, plan: Plan,
                   groups: dict[str, GroupPlacement], prof: Profile,
                   cluster: ClusterSpec, edge_params: float = 0.0, dense: float | None = None,
-                  kept_layers: int = 0, calls: tuple[int, int] = (1, 1)) -> None:
+                  kept_layers: int = 0, calls=((1, 1), (1, 1))) -> None:
     """ZeRO-3 / FSDP: gather weights before fwd and bwd, reduce-scatter grads after bwd,
     each prefetched one layer ahead: exposed = lead + max(0, comm - lead - compute), the
     lead being what nothing can hide. In forward that is the first layer's gather and, on
@@ -154,7 +161,7 @@ def add_fsdp_comm(fwd: PassCost, bwd: PassCost, params: float, n_layers: int, pl
     mechanisms' passes on FSDP's streams (``cost.host.fsdp_lane_ops``: FSDP1's gradient cat
     beside the gathers, its cast and pre-division before each reduce-scatter) run in series
     with them. ``kept_layers`` (``ChunkMemory.zero3_kept_layers``): not gathered again.
-    ``calls``: (all-gathers, reduce-scatters) of a pass (``zero3_tensors``), each a latency."""
+    ``calls``: dense and experts' (all-gathers, reduce-scatters) a pass (``zero3_tensors``)."""
     g = fsdp_groups(plan, groups)[0]
     once, f = fsdp_once_per_step(plan), fsdp_per_step(plan)
     regather = 0.0 if once else 1.0 - kept_layers / max(n_layers, 1)   # kept: no re-gather

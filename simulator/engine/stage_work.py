@@ -323,7 +323,7 @@ def _chunk(model, plan, cluster, prof, groups, cache, sh, s, c, layers, first, l
         fwd.add(lead)
     persistent, calls = zero3_tensors(model, plan, layout, runs + [(extra, 1)],
                                       counts.layers + counts.edge_units) \
-        if plan.zero_stage >= 3 else (0, (1, 1))
+        if plan.zero_stage >= 3 else (0, ((1, 1), (1, 1)))
     if plan.zero_stage >= 3:
         add_fsdp_comm(fwd, bwd, params, len(layers), plan, groups, prof, cluster,
                       fsdp_edge_params(model, plan, first, last), dense,

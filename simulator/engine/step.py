@@ -60,12 +60,13 @@ class StageTasks:
 def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
                      prof: Profile) -> float:
     """The optimizer step of one stage after its last backward and gradient reduction: its
-    device passes over the local parameters (and DeepSpeed ZeRO-3's all-gathers of its
-    persistent parameters, ``ChunkWork.persistent_gather_s``), or the host's issuing of it
-    where that is longer (``optimizer_host``: the frameworks' optimizer and clipping code,
-    per step and per parameter tensor), or both in series where the host waits for the
-    device per tensor or runs the kernels itself (a synchronous host: a CPU,
-    ``CUDA_LAUNCH_BLOCKING``). The host is taken to start issuing when the device's work before it is done (so it is where
+    device passes over the local parameters, or the host's issuing of it where that is
+    longer (``optimizer_host``: the frameworks' optimizer and clipping code, per step and
+    per parameter tensor), or both in series where the host waits for the device per tensor
+    or runs the kernels itself (a synchronous host: a CPU, ``CUDA_LAUNCH_BLOCKING``); then
+    DeepSpeed ZeRO-3's all-gathers of its persistent parameters, which its step issues last
+    (``ChunkWork.persistent_gather_s``). The host is taken to start issuing when the
+    device's work before it is done (so it is where
     the step reads the gradient norm back, Megatron-Core's ``clip_grads`` ``.item()``); a
     host that ran ahead may have started earlier (not followed: an upper bound where the
     host is the longer)."""
@@ -76,14 +77,14 @@ def optimizer_time_s(chunks: list[ChunkWork], plan: Plan, cluster: ClusterSpec,
     local = dense / shard + expert / eshard
     device = memory_time_s(local * optimizer_bytes_per_param(plan), cluster.gpu, prof,
                            kernels=4, kind="optimizer") \
-        + grad_check_time_s(chunks, plan, cluster, prof) \
-        + sum(c.persistent_gather_s for c in chunks)
+        + grad_check_time_s(chunks, plan, cluster, prof)
     host, sync = optimizer_host(plan.host_mechanisms, sum(c.param_tensors for c in chunks),
                                 sum(c.units for c in chunks), prof,
                                 sum(local_shard_tensors(c, plan, shard) for c in chunks))
     serial = sync or launch_blocking(plan.host_mechanisms) or \
         (prof.host is not None and prof.host.synchronous)
-    return device + host.seconds if serial else max(device, host.seconds)
+    gathers = sum(c.persistent_gather_s for c in chunks)   # issued after the rest (_post_step)
+    return (device + host.seconds if serial else max(device, host.seconds)) + gathers
 
 
 def local_shard_tensors(ch: ChunkWork, plan: Plan, shard: int) -> int:

@@ -175,7 +175,8 @@ class FrameworkMemory:
     zero3_persistence_threshold_hidden: float = 0.0
     # DeepSpeed ZeRO-3's all-gathers take the next partitioned tensors until they hold this
     # many elements per hidden^2 (stage3_prefetch_bucket_size), its reduce-scatters one ipg
-    # bucket of this many (reduce_bucket_size); 0: one of each per FSDP unit
+    # bucket of this many (reduce_bucket_size); a prefetch bucket of 0: one of each per FSDP
+    # unit
     zero3_prefetch_bucket_hidden2: float = 0.0
     zero3_reduce_bucket_hidden2: float = 0.0
 

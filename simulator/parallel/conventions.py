@@ -72,8 +72,8 @@ class MemoryConventions:
     recompute_early_stop: bool = False       # full recompute by torch's non-reentrant checkpoint
     zero3_reuse_window_params: float = 0.0   # ZeRO-3 keeps gathers reused within this (elements)
     zero3_persistence_threshold_hidden: float = 0.0   # ZeRO-3 keeps tensors <= this x hidden whole
-    zero3_prefetch_bucket_hidden2: float = 0.0        # DeepSpeed's gather bucket / hidden^2
-    zero3_reduce_bucket_hidden2: float = 0.0          # its reduce bucket / hidden^2; 0: per unit
+    zero3_prefetch_bucket_hidden2: float = 0.0        # DeepSpeed's gather bucket / h^2; 0: per unit
+    zero3_reduce_bucket_hidden2: float = 0.0          # its reduce bucket / hidden^2
     zero3_linear_function: bool = False      # at ZeRO-3 every Linear is an autograd Function
     framework: str = ""
 

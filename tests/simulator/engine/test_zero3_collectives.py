@@ -44,7 +44,36 @@ def test_deepspeed_gathers_each_weight_matrix_and_reduces_each_tensor_of_llama()
     lf, extra = layer_ops(m, sh), embedding_ops(m, sh) + head_ops(m, sh)
     tensors = 32 * param_tensors(lf, lay) + param_tensors(extra, lay)
     assert tensors == 291
-    assert zero3_tensors(m, plan, lay, [(lf, 32), (extra, 1)], 33) == (65, (226, 291))
+    assert zero3_tensors(m, plan, lay, [(lf, 32), (extra, 1)], 33) == \
+        (65, ((226, 291), (1, 1)))                       # no experts: one nominal call
+    # the engine's chunk is priced so: its forward gathers are 226 of a 226th each
+    cl = hardware_db.build_cluster("a100-sxm4-80gb", 8)
+    prof = hardware_db.load_profile("a100-sxm4-80gb")
+    groups = place_groups(cl, plan)
+    (ch,) = build_chunks(m, plan, cl, prof, groups)[0]
+    one = group_collective(Collective.ALL_GATHER, ch.params * 2 / 226, groups["dp"], prof)
+    seg = next(x for x in ch.fwd.segments if x.name == "fsdp all-gather")
+    assert ch.persistent_tensors == 65 and seg.comm_s == pytest.approx(226 * one.time_s,
+                                                                       rel=1e-9)
+
+
+def test_deepspeed_counts_the_experts_tensors_apart_from_the_dense_ones():
+    """Mixtral 8x7B under DeepSpeed ZeRO-3, transformers 5's 3-D experts (a gate_up and a
+    down tensor a layer, each far above the buckets): 2 expert gathers and 2 reduce-scatters
+    a layer, never the dense part's count. The dense part a layer: q (hidden^2) fills a
+    gather alone, k and v (GQA: a quarter each) wait for o; in backward the ipg bucket
+    (hidden^2) is flushed as o, v, q and the first norm arrive (k joins v): 2 gathers and
+    4 reduce-scatters a layer; the router (8 x hidden) persists with the 2 norms."""
+    m = get_preset("mixtral-8x7b")
+    plan = _plan("deepspeed")
+    lay = ParamLayout.of(m, plan.memory.param_layout)
+    sh = layer_shape(m, plan)
+    lf, extra = layer_ops(m, sh), embedding_ops(m, sh) + head_ops(m, sh)
+    got = {n: zero3_tensors(m, plan, lay, [(lf, n), (extra, 1)], n + 1) for n in (32, 33)}
+    persistent, (dense, experts) = got[32]
+    assert persistent == 32 * 3 + 1 and experts == (64, 64)
+    assert got[33][1][0][0] - dense[0] == 2 and got[33][1][0][1] - dense[1] == 4
+    assert dense[0] == 32 * 2 + 2                        # and the table and the head
 
 
 def test_fsdp_takes_one_of_each_per_unit():
@@ -58,10 +87,11 @@ def test_fsdp_takes_one_of_each_per_unit():
     lay = ParamLayout.of(m, plan.memory.param_layout)
     sh = layer_shape(m, plan)
     runs = [(layer_ops(m, sh), 12), (embedding_ops(m, sh) + head_ops(m, sh), 1)]
-    assert zero3_tensors(m, plan, lay, runs, 13) == (0, (13, 13))
+    assert zero3_tensors(m, plan, lay, runs, 13) == (0, ((13, 13), (1, 1)))
     (ch,) = build_chunks(m, plan, cl, prof, groups)[0]
+    assert ch.units == 13                   # what the engine passes as the units
     fwd, bwd = PassCost(), PassCost()
-    add_fsdp_comm(fwd, bwd, ch.params, 12, plan, groups, prof, cl, calls=(13, 13))
+    add_fsdp_comm(fwd, bwd, ch.params, 12, plan, groups, prof, cl, calls=((13, 13), (1, 1)))
     one = group_collective(Collective.ALL_GATHER, ch.params * 2 / 13, groups["dp"], prof)
     assert fwd.segments[0].comm_s == pytest.approx(13 * one.time_s, rel=1e-9)
     whole = PassCost()
@@ -111,12 +141,14 @@ def test_deepspeed_s_step_gathers_its_persistent_tensors_again():
         groups = place_groups(cl, plan)
         (ch,) = build_chunks(m, plan, cl, prof, groups)[0]
         got[(fw, zero)] = (ch.persistent_tensors, ch.persistent_gather_s)
-    one = group_collective(Collective.ALL_GATHER, 768 * 2, groups["dp"], prof).time_s
+    dp = place_groups(cl, _plan("deepspeed", 64))["dp"]
+    one = group_collective(Collective.ALL_GATHER, 768 * 2, dp, prof).time_s
     assert got[("deepspeed", 3)] == (98, pytest.approx(98 * one, rel=1e-9)) and one > 0
     assert got[("deepspeed", 2)] == (0, 0.0) == got[("fsdp", 3)]
     plan = _plan("deepspeed", 64)
     chunks = build_chunks(m, plan, cl, prof, place_groups(cl, plan))[0]
     without = [dataclasses.replace(c, persistent_gather_s=0.0) for c in chunks]
-    bare = dataclasses.replace(plan, host_mechanisms=())
-    assert step.optimizer_time_s(chunks, bare, cl, prof) - step.optimizer_time_s(
-        without, bare, cl, prof) == pytest.approx(98 * one, rel=1e-9)
+    for mechs in ((), plan.host_mechanisms):          # after the host's step, not under it
+        p = dataclasses.replace(plan, host_mechanisms=mechs)
+        assert step.optimizer_time_s(chunks, p, cl, prof) - step.optimizer_time_s(
+            without, p, cl, prof) == pytest.approx(98 * one, rel=1e-9)
