@@ -35,8 +35,9 @@ def without_deepspeed(monkeypatch):
 @pytest.fixture
 def fake_pg(monkeypatch, request):
     """DeepSpeed on its CPU accelerator over a fake process group of 2 ranks (or
-    ``request.param``), torn down after; skipped where DeepSpeed does not import."""
-    pytest.importorskip("torch")
+    ``request.param``), torn down after, with torch's thread count put back (the benches
+    run on one thread process-wide); skipped where DeepSpeed does not import."""
+    torch = pytest.importorskip("torch")
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     from calibrate.bench_deepspeed import available
     why = available()
@@ -53,7 +54,9 @@ def fake_pg(monkeypatch, request):
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     elif dist.get_world_size() != world:
         pytest.skip(f"a process group of {dist.get_world_size()} ranks is up already")
+    threads = torch.get_num_threads()
     yield
+    torch.set_num_threads(threads)
     if ours:
         from deepspeed.utils import groups
         dist.destroy_process_group()
