@@ -83,7 +83,13 @@ def persistent_tensors(ops: list[Op], layout: ParamLayout, threshold_elements: f
     ``threshold_elements`` elements (0: none), as ZeRO-3 counts them persistent."""
     if threshold_elements <= 0:
         return 0
-    return sum(1 for x in tensor_sizes(ops, layout, spec) if x <= threshold_elements)
+    return persistent_count(tensor_sizes(ops, layout, spec), threshold_elements)
+
+
+def persistent_count(sizes: list[float], threshold_elements: float) -> int:
+    """Of tensors of ``sizes`` elements, those ZeRO-3 keeps whole (``ds_numel <=``
+    ``threshold_elements``; 0: none)."""
+    return sum(1 for x in sizes if x <= threshold_elements) if threshold_elements > 0 else 0
 
 
 def gather_calls(sizes: list[float], threshold_elements: float, bucket_elements: float) -> int:

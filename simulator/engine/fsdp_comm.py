@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..cost.host import ParamLayout, fsdp_lane_ops, routed_experts
 from ..cost.layer import PassCost, Segment, group_collective, group_links, interference_s, pass_cost
-from ..cost.persistence import gather_calls, persistent_tensors, reduce_calls, tensor_sizes
+from ..cost.persistence import (
+    gather_calls, persistent_count, persistent_tensors, reduce_calls, tensor_sizes)
 from ..hardware.profile import Profile
 from ..hardware.specs import ClusterSpec
 from ..memory.accounting import grad_reduce_bytes
@@ -100,16 +101,18 @@ def zero3_tensors(model: TransformerSpec, plan: Plan, layout: ParamLayout,
     mem, h2 = plan.memory, model.hidden ** 2
     threshold = mem.zero3_persistence_threshold_hidden * model.hidden \
         if plan.zero_stage >= 3 else 0.0
-    persistent = sum(n * persistent_tensors(ops, layout, threshold, model) for ops, n in runs)
     if mem.zero3_prefetch_bucket_hidden2 <= 0:
+        persistent = sum(n * persistent_tensors(ops, layout, threshold, model) for ops, n in runs)
         moe = sum(n for ops, n in runs if any(routed_experts(o) for o in ops))
         return persistent, ((max(1, units),) * 2, (max(1, moe),) * 2)
+    # each part's tensors over the chunk, every run's sizes taken once
+    parts = [[x for ops, n in runs for x in tensor_sizes(ops, layout, model, experts) * n]
+             for experts in (False, True)]
 
-    def calls(experts: bool) -> tuple[int, int]:
-        sizes = [x for ops, n in runs for x in tensor_sizes(ops, layout, model, experts) * n]
+    def calls(sizes: list[float]) -> tuple[int, int]:
         return (max(1, gather_calls(sizes, threshold, mem.zero3_prefetch_bucket_hidden2 * h2)),
                 max(1, reduce_calls(sizes[::-1], mem.zero3_reduce_bucket_hidden2 * h2)))
-    return persistent, (calls(False), calls(True))
+    return sum(persistent_count(p, threshold) for p in parts), (calls(parts[0]), calls(parts[1]))
 
 
 def _fsdp_collectives(params: float, dense: float, plan: Plan,
