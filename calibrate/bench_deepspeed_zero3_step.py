@@ -87,7 +87,6 @@ UNIT = {"pre_step": (), "partition_all": ("model", "persistent"), "overflow": ()
 PIECES = tuple(UNIT)
 STANDINS = {"record_streams": ("model",), "cuda_memory_stats": ()}
 CPU_ONLY = ("alloc_check",)              # replaced by cuda_memory_stats on a GPU
-LOCK = "/tmp/hm_csv.lock"
 _POOLS = {p: dict.fromkeys(("current", "peak", "allocated", "freed"), 0)
           for p in ("all", "small_pool", "large_pool")}
 CUDA_STATS = {**{k: 0 for k in ("num_alloc_retries", "num_ooms", "max_split_size",
